@@ -1,0 +1,90 @@
+"""The training config (`configs/cfg_pretrain.yaml` + `configs/arch/*.yaml`), validated.
+
+Hydra composes the YAML and the command-line overrides; this pydantic model then rejects unknown
+keys and bad values with a message naming the field, before any work starts.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hrm.config import ArchConfig
+
+
+class WandbConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["auto", "online", "offline", "disabled"] = "auto"
+    entity: Optional[str] = None
+
+
+class PretrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    arch: ArchConfig
+    data_path: str
+
+    global_batch_size: int = Field(gt=0)
+    epochs: int = Field(gt=0)
+    eval_interval: Optional[int] = Field(default=None, gt=0)
+    lr: float = Field(ge=0)
+    lr_min_ratio: float = Field(default=1.0, ge=0, le=1)
+    lr_warmup_steps: int = Field(default=0, ge=0)
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.95, ge=0, lt=1)
+    weight_decay: float = Field(default=0.1, ge=0)
+    puzzle_emb_lr: float = Field(default=1e-2, ge=0)
+    puzzle_emb_weight_decay: float = Field(default=0.1, ge=0)
+    grad_clip: Optional[float] = Field(default=None, gt=0)
+    seed: int = 0
+    max_steps: Optional[int] = Field(default=None, gt=0)
+
+    project_name: Optional[str] = None
+    run_name: Optional[str] = None
+    checkpoint_path: Optional[str] = None
+    checkpoint_every_eval: bool = True
+    checkpoint_interval: Optional[int] = Field(default=None, gt=0)
+    keep_checkpoints: int = Field(default=2, ge=0)
+    resume: Optional[str] = None
+
+    eval_save_predictions: bool = True
+    eval_batch_size: Optional[int] = Field(default=None, gt=0)
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    compile: Literal["auto", True, False] = "auto"
+    log_interval: int = Field(default=1, gt=0)
+    wandb: WandbConfig = Field(default_factory=WandbConfig)
+
+    @field_validator("data_path")
+    @classmethod
+    def _data_exists(cls, v: str) -> str:
+        if not (Path(v) / "train" / "dataset.json").is_file():
+            raise ValueError(f"{v!r} is not a build (no train/dataset.json); run `python build_arc.py` first "
+                             f"or point data_path at a build_arc.py output folder")
+        return v
+
+    @model_validator(mode="after")
+    def _eval_interval_divides_epochs(self):
+        if self.eval_interval is not None and self.epochs % self.eval_interval:
+            raise ValueError(f"eval_interval={self.eval_interval} must divide epochs={self.epochs}")
+        return self
+
+    def check_world_size(self, world_size: int) -> None:
+        for name in ("global_batch_size", "eval_batch_size"):
+            value = getattr(self, name)
+            if value is not None and value % world_size:
+                raise ValueError(f"{name}={value} is not divisible by the world size {world_size}")
+
+    @property
+    def epochs_per_iteration(self) -> int:
+        return self.eval_interval or self.epochs
+
+
+def format_validation_error(err: ValidationError) -> str:
+    """One line per bad field, dotted like a Hydra override (`arch.scaling.p: ...`)."""
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(x) for x in e["loc"]) or "config"
+        lines.append(f"  {where}: {e['msg']}" + (f" (got {e['input']!r})" if e["type"] != "missing" and not isinstance(e["input"], dict) else ""))
+    return "invalid config:\n" + "\n".join(lines)
