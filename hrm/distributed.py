@@ -1,0 +1,99 @@
+"""Process group setup and the few collectives the trainer needs.
+
+`torchrun` sets RANK/WORLD_SIZE/LOCAL_RANK; a plain `python pretrain.py` is a world of one and
+never touches torch.distributed. NCCL on CUDA, gloo on CPU: the same code path either way.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: str = "auto") -> DistInfo:
+    """Join the process group if launched by torchrun; pick this process's device."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device=cuda but CUDA is not available on this machine")
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        dev = torch.device("cuda", local_rank)
+    else:
+        dev = torch.device("cpu")
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return DistInfo(rank, world_size, local_rank, dev)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def broadcast_object(obj, info: DistInfo):
+    """Rank 0's value of `obj` on every rank (e.g. a run name containing a time stamp)."""
+    if not info.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def broadcast_module_(module: torch.nn.Module, info: DistInfo) -> None:
+    """Start every rank from rank 0's parameters and buffers."""
+    if not info.enabled:
+        return
+    with torch.no_grad():
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(tensor, src=0)
+
+
+def all_reduce_grads_(params, info: DistInfo) -> None:
+    """Sum the gradients over ranks, in one flat buffer (one collective instead of one per tensor).
+    The loss is already divided by the *global* batch size, so the sum is the global mean."""
+    if not info.enabled:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    offset = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset:offset + n].view_as(g))
+        offset += n
+
+
+def all_reduce_sum_(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    if info.enabled:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()

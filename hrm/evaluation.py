@@ -1,0 +1,80 @@
+"""Evaluation over a build's test split: metrics and the predictions files that evaluate/vote.py reads.
+
+Predictions (contract, DESIGN.md): one `rank_<r>.npz` per rank with `puzzle_identifiers` int32 [n],
+`inputs` uint8 [n, 900], `preds` uint8 [n, 900] (argmax tokens of the final segment),
+`q_halt_logits` float32 [n]; padding rows have identifier 0. Beside them `info.json` records the
+build they belong to: {"data_path", "step", "world_size", "checkpoint"}.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from hrm.distributed import DistInfo, all_reduce_sum_, barrier
+
+
+_EMPTY = {"puzzle_identifiers": np.zeros(0, np.int32), "inputs": np.zeros((0, 900), np.uint8),
+          "preds": np.zeros((0, 900), np.uint8), "q_halt_logits": np.zeros(0, np.float32)}
+
+
+def _to_device(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+@torch.inference_mode()
+def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, progress: bool = False):
+    """Run every test batch through `loss_head.evaluate`; returns (metrics averaged per counted row,
+    this rank's prediction arrays or None). Collective: every rank must call it."""
+    was_training = loss_head.training
+    loss_head.eval()
+    sums = None
+    keys: list[str] = []
+    parts: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "preds": [], "q_halt_logits": []}
+    for batch in tqdm(batches, desc="eval", unit="batch", disable=not (progress and info.is_main), leave=False):
+        batch = _to_device(batch, info.device)
+        metrics, outputs = loss_head.evaluate(batch)
+        if sums is None:
+            keys = sorted(metrics)
+            sums = torch.zeros(len(keys), dtype=torch.float64, device=info.device)
+        sums += torch.stack([metrics[k].double() for k in keys])
+        if keep_predictions:
+            parts["puzzle_identifiers"].append(batch["puzzle_identifiers"].to(torch.int32).cpu().numpy())
+            parts["inputs"].append(batch["inputs"].to(torch.uint8).cpu().numpy())
+            parts["preds"].append(outputs["preds"].to(torch.uint8).cpu().numpy())
+            parts["q_halt_logits"].append(outputs["q_halt_logits"].float().cpu().numpy())
+    loss_head.train(was_training)
+    result = {}
+    if sums is not None:
+        totals = all_reduce_sum_(sums, info).tolist()
+        named = dict(zip(keys, totals))
+        count = max(named.pop("count"), 1.0)
+        result = {k: v / count for k, v in named.items()}
+        result["count"] = count
+    arrays = {k: np.concatenate(v) if v else _EMPTY[k] for k, v in parts.items()} if keep_predictions else None
+    return result, arrays
+
+
+def write_predictions(out_dir: str | Path, arrays: dict, info: DistInfo, *, data_path: str, step: int | None,
+                      checkpoint: str | None) -> Path:
+    """Collective: each rank writes its file, then rank 0 writes info.json (its presence marks the
+    folder complete)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"rank_{info.rank}.npz"
+    tmp = out_dir / f".rank_{info.rank}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    barrier(info)
+    if info.is_main:
+        meta = {"data_path": str(Path(data_path).resolve()), "step": step, "world_size": info.world_size,
+                "checkpoint": checkpoint}
+        tmp_info = out_dir / ".info.json.tmp"
+        tmp_info.write_text(json.dumps(meta, indent=1) + "\n")
+        os.replace(tmp_info, out_dir / "info.json")
+    barrier(info)
+    return out_dir

@@ -1,0 +1,68 @@
+"""Where a run's numbers go: `log.jsonl` in the run folder always, W&B when configured.
+
+W&B mode `auto` goes online only when credentials exist (WANDB_API_KEY, or an api.wandb.ai entry in
+~/.netrc); otherwise it is disabled. It never prompts and never waits on the network: a run on a
+laptop or an air-gapped node just writes its log file.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+
+def _has_wandb_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        return "api.wandb.ai" in netrc.read_text()
+    except OSError:
+        return False
+
+
+def resolve_wandb_mode(mode: str) -> str:
+    if os.environ.get("WANDB_MODE") in ("online", "offline", "disabled"):
+        return os.environ["WANDB_MODE"]
+    if mode == "auto":
+        return "online" if _has_wandb_credentials() else "disabled"
+    return mode
+
+
+def _plain(value):
+    """JSON-safe number (non-finite floats become strings so the log stays valid JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class RunLog:
+    """Rank 0 only: construct it there, nowhere else."""
+
+    def __init__(self, run_dir: Path, *, project: str, run_name: str, config: dict, wandb_mode: str,
+                 entity: str | None = None):
+        self.path = Path(run_dir) / "log.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(self.path, "a")
+        self.wandb = None
+        mode = resolve_wandb_mode(wandb_mode)
+        if mode != "disabled":
+            os.environ.setdefault("WANDB_SILENT", "true")
+            import wandb
+            self.wandb = wandb.init(project=project, name=run_name, entity=entity, config=config, mode=mode,
+                                    dir=str(run_dir), resume="allow",
+                                    id=run_name.replace("/", "-"),
+                                    settings=wandb.Settings(init_timeout=30, x_disable_stats=True))
+        self.mode = mode
+
+    def log(self, record: dict, step: int) -> None:
+        self.file.write(json.dumps({"step": step, **{k: _plain(v) for k, v in record.items()}}) + "\n")
+        self.file.flush()
+        if self.wandb is not None:
+            self.wandb.log(record, step=step)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.wandb is not None:
+            self.wandb.finish()

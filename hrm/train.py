@@ -1,0 +1,235 @@
+"""The training loop: data -> ACT steps -> optimizers, with evaluation, checkpoints and resume.
+
+One optimizer step (as published HRM trains):
+  1. every rank runs one ACT segment on its slice of the global batch (rows that halted last step
+     take fresh examples, the others keep going), loss summed over rows, divided by the global
+     batch size; backward through the last L and H calls only;
+  2. dense gradients are summed over ranks (so they are the global-batch mean); the puzzle
+     embedding's sign-SGD all-gathers its rows itself;
+  3. a non-finite loss or gradient stops the run (nothing is saved over the last good checkpoint);
+  4. AdamATan2 on the dense weights, sign-SGD on the puzzle rows, both at the scheduled lr.
+Every `eval_interval` epochs: metrics on the test split and the predictions for voting.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import torch
+import yaml
+from tqdm import tqdm
+
+from arc_data.dataset import EvalBatches, TrainBatches, load_split
+from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object)
+from hrm.evaluation import evaluate, write_predictions
+from hrm.loss import ACTLossHead
+from hrm.model import HRM
+from hrm.optim import AdamATan2
+from hrm.pretrain_config import PretrainConfig
+from hrm.puzzle_embedding import PuzzleSignSGD
+from hrm.run_log import RunLog
+from hrm.train_checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+
+
+class TrainingDiverged(RuntimeError):
+    """A non-finite loss or gradient; the run folder holds `diverged.json` with the details."""
+
+
+def lr_at(step: int, base_lr: float, warmup: int, total: int, min_ratio: float) -> float:
+    """Linear warmup from 0, then cosine from base_lr to base_lr * min_ratio at `total` steps."""
+    if step < warmup:
+        return base_lr * step / max(1, warmup)
+    progress = (step - warmup) / max(1, total - warmup)
+    return base_lr * (min_ratio + max(0.0, (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))))
+
+
+def estimated_total_steps(config: PretrainConfig, train_split) -> int:
+    """HRM's estimate: epochs * groups * mean examples per puzzle / global batch."""
+    meta = train_split.metadata
+    return int(config.epochs * meta.total_groups * meta.mean_puzzle_examples / config.global_batch_size)
+
+
+def run_names(config: PretrainConfig, info: DistInfo) -> tuple[str, str, Path]:
+    project = config.project_name or f"{Path(config.data_path).name}-hrm"
+    run = config.run_name or broadcast_object(f"{config.arch.name}-{datetime.now():%Y%m%d-%H%M%S}", info)
+    run_dir = Path(config.checkpoint_path) if config.checkpoint_path else Path("checkpoints") / project / run
+    return project, run, run_dir
+
+
+@dataclass
+class Trainer:
+    config: PretrainConfig
+    info: DistInfo
+    progress: bool = True
+    history: list = field(default_factory=list)  # (step, loss) on rank 0, for tests and scripts
+
+    def __post_init__(self):
+        cfg, info = self.config, self.info
+        cfg.check_world_size(info.world_size)
+        self.train_split = load_split(cfg.data_path, "train")
+        self.test_split = load_split(cfg.data_path, "test")
+        meta = self.train_split.metadata
+        self.reader = TrainBatches(self.train_split, global_batch_size=cfg.global_batch_size, seed=cfg.seed,
+                                   rank=info.rank, world_size=info.world_size,
+                                   epochs_per_iteration=cfg.epochs_per_iteration)
+        self.total_iterations = cfg.epochs // cfg.epochs_per_iteration
+        self.total_steps = estimated_total_steps(cfg, self.train_split)
+        self.stop_step = min(self.total_steps, cfg.max_steps or self.total_steps)
+
+        torch.manual_seed(cfg.seed)  # identical initial weights everywhere (then broadcast, to be sure)
+        self.model = HRM(cfg.arch, meta.vocab_size, meta.seq_len, meta.num_puzzle_identifiers,
+                         verbose=info.is_main).to(info.device)
+        broadcast_module_(self.model, info)
+        self.loss_head = ACTLossHead(self.model)
+        self.optimizers = {"dense": AdamATan2(self.model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2),
+                                              weight_decay=cfg.weight_decay)}
+        self.base_lrs = {"dense": cfg.lr}
+        if cfg.arch.puzzle_emb_ndim > 0:
+            self.optimizers["puzzle_emb"] = PuzzleSignSGD(self.model.puzzle_embedding, lr=0.0,
+                                                          weight_decay=cfg.puzzle_emb_weight_decay)
+            self.base_lrs["puzzle_emb"] = cfg.puzzle_emb_lr
+        self.step_fn = self.loss_head
+        if cfg.compile is True or (cfg.compile == "auto" and info.device.type == "cuda"):
+            self.step_fn = torch.compile(self.loss_head, dynamic=False)
+
+        self.project, self.run_name, self.run_dir = run_names(cfg, info)
+        self.step = 0
+        self.carry = None
+        if cfg.resume:
+            ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None)
+            if not cfg.checkpoint_path:
+                self.run_dir = ckpt.parent  # keep writing into the run we continue
+            state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info)
+            self.step, self.carry = state["step"], state["carry"]
+            self.reader.load_state_dict(state["reader"])
+            if info.is_main:
+                print(f"resumed from {ckpt} at step {self.step}", flush=True)
+        else:
+            # exploration draws differ per rank, as rows do (HRM seeds seed + rank)
+            torch.manual_seed(cfg.seed + info.rank)
+
+        self.log = None
+        if info.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            resolved = cfg.model_dump(mode="json", by_alias=True)
+            (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+            self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name, config=resolved,
+                              wandb_mode=cfg.wandb.mode, entity=cfg.wandb.entity)
+            n_params = sum(p.numel() for p in self.model.parameters())
+            self.log.log({"num_params": n_params, **{f"scaling/{m}/{k}": v for m, s in self.model.scaling.items()
+                                                      if isinstance(s, dict) for k, v in s.items()
+                                                      if isinstance(v, (int, float))}}, step=self.step)
+
+    # ------------------------------------------------------------------------------------ steps
+    def train_step(self, batch: dict) -> dict:
+        cfg, info = self.config, self.info
+        batch = {k: v.to(info.device, non_blocking=True) for k, v in batch.items()}
+        if self.carry is None:
+            self.carry = self.loss_head.initial_carry(batch)
+        self.carry, loss, metrics, _, _ = self.step_fn(self.carry, batch)
+        (loss / cfg.global_batch_size).backward()
+        all_reduce_grads_(self.model.parameters(), info)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if cfg.grad_clip is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        else:
+            grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+
+        keys = sorted(metrics)
+        reduced = torch.stack([loss.detach().double()] + [metrics[k].double() for k in keys])
+        values = all_reduce_sum_(reduced, info).tolist()  # the step's one host sync
+        grad_norm = float(grad_norm)
+        loss_value = values[0] / cfg.global_batch_size
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+            self._diverged(loss_value, grad_norm)
+
+        self.step += 1
+        for name, opt in self.optimizers.items():
+            lr = lr_at(self.step, self.base_lrs[name], cfg.lr_warmup_steps, self.total_steps, cfg.lr_min_ratio)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        named = dict(zip(keys, values[1:]))
+        count = max(named.pop("count"), 1.0)
+        # losses per example of the global batch, the rest per halted row (as HRM logs them)
+        record = {f"train/{k}": v / (cfg.global_batch_size if k.endswith("loss") else count) for k, v in named.items()}
+        record.update({"train/loss": loss_value, "train/grad_norm": grad_norm,
+                       "train/lr": lr_at(self.step, cfg.lr, cfg.lr_warmup_steps, self.total_steps, cfg.lr_min_ratio)})
+        return record
+
+    def _diverged(self, loss: float, grad_norm: float) -> None:
+        reason = f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {self.step + 1} " \
+                 f"(loss {loss}, grad norm {grad_norm})"
+        if self.info.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "diverged.json").write_text(json.dumps(
+                {"step": self.step + 1, "loss": str(loss), "grad_norm": str(grad_norm), "reason": reason}) + "\n")
+            self.log.log({"diverged": 1}, step=self.step + 1)
+        raise TrainingDiverged(f"training diverged: {reason}; the last good checkpoint is untouched "
+                               f"({self.run_dir})")
+
+    # ------------------------------------------------------------------------- eval, checkpoints
+    def run_evaluation(self) -> dict:
+        cfg, info = self.config, self.info
+        batches = EvalBatches(self.test_split, global_batch_size=cfg.eval_batch_size or cfg.global_batch_size,
+                              rank=info.rank, world_size=info.world_size)
+        metrics, arrays = evaluate(self.loss_head, batches, info, keep_predictions=cfg.eval_save_predictions,
+                                   progress=self.progress)
+        if arrays is not None:
+            write_predictions(self.run_dir / "predictions" / f"step_{self.step}", arrays, info,
+                              data_path=cfg.data_path, step=self.step, checkpoint=None)
+        if info.is_main and metrics:
+            self.log.log({f"eval/{k}": v for k, v in metrics.items()}, step=self.step)
+            shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in ("exact_accuracy", "accuracy", "lm_loss") if k in metrics)
+            print(f"eval at step {self.step}: {shown}", flush=True)
+        return metrics
+
+    def save(self) -> Path:
+        return save_checkpoint(self.run_dir, step=self.step, model=self.model, optimizers=self.optimizers,
+                               reader_state=self.reader.state_dict(), carry=self.carry,
+                               config=self.config.model_dump(mode="json", by_alias=True), info=self.info,
+                               keep=self.config.keep_checkpoints)
+
+    # ------------------------------------------------------------------------------------- loop
+    def fit(self) -> dict:
+        cfg, info = self.config, self.info
+        bar = tqdm(total=self.stop_step, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
+                   disable=not (self.progress and info.is_main))
+        self.loss_head.train()
+        last_eval: dict = {}
+        saved_at = None
+        started, first_step = time.perf_counter(), self.step
+        try:
+            while self.reader.iteration < self.total_iterations and self.step < self.stop_step:
+                for batch in self.reader.iteration_batches():
+                    record = self.train_step(batch)
+                    if info.is_main:
+                        self.history.append((self.step, record["train/loss"]))
+                        if self.step % cfg.log_interval == 0:
+                            self.log.log(record, step=self.step)
+                            bar.set_postfix(loss=f"{record['train/loss']:.4f}", refresh=False)
+                        bar.update(1)
+                    if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0:
+                        self.save()
+                        saved_at = self.step
+                    if self.step >= self.stop_step:
+                        break
+                last_eval = self.run_evaluation()
+                if cfg.checkpoint_every_eval:
+                    self.save()
+                    saved_at = self.step
+            if saved_at != self.step:  # the end of a run is always resumable and predictable
+                self.save()
+        finally:
+            bar.close()
+            if self.log is not None:
+                self.log.close()
+        seconds = time.perf_counter() - started
+        return {"step": self.step, "eval": last_eval, "seconds": seconds,
+                "steps_per_second": (self.step - first_step) / seconds if seconds > 0 else 0.0}

@@ -1,0 +1,147 @@
+"""Training checkpoints: everything needed to continue a run exactly, written atomically.
+
+Layout, under the run's checkpoint folder:
+
+    step_<N>/model.pt        the model alone, in hrm.checkpoint's format (what predict.py loads)
+    step_<N>/trainer.pt      step, both optimizers, data-reader position, config, scaling
+    step_<N>/rank_<r>.pt     per rank: the ACT carry (rows in flight) and the RNG states
+    latest                   text file naming the newest complete step folder
+
+A checkpoint is written into `.step_<N>.tmp/` and renamed once every rank has written its part, so
+a killed run never leaves a half-written `step_<N>/`. Every file holds only tensors and plain
+containers and loads with `torch.load(weights_only=True)`.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from hrm.checkpoint import load_state_strict, save_model
+from hrm.distributed import DistInfo, barrier
+
+FORMAT = "hrm-deeploop/train-v1"
+
+
+def _carry_to_dict(carry) -> dict | None:
+    if carry is None:
+        return None
+    return {"z_H": carry.z_H.cpu(), "z_L": carry.z_L.cpu(), "steps": carry.steps.cpu(),
+            "halted": carry.halted.cpu(), "current_data": {k: v.cpu() for k, v in carry.current_data.items()}}
+
+
+def _carry_from_dict(state: dict | None, device: torch.device):
+    from hrm.model import Carry
+    if state is None:
+        return None
+    return Carry(z_H=state["z_H"].to(device), z_L=state["z_L"].to(device), steps=state["steps"].to(device),
+                 halted=state["halted"].to(device),
+                 current_data={k: v.to(device) for k, v in state["current_data"].items()})
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _write_atomic(path: Path, payload) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(payload, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, reader_state: dict, carry,
+                    config: dict, info: DistInfo, keep: int = 0) -> Path:
+    """Collective: every rank must call it. Returns the final step folder."""
+    run_dir = Path(run_dir)
+    final = run_dir / f"step_{step}"
+    tmp = run_dir / f".step_{step}.tmp"
+    if info.is_main:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    barrier(info)
+    _write_atomic(tmp / f"rank_{info.rank}.pt", {"format": FORMAT, "carry": _carry_to_dict(carry), "rng": _rng_state()})
+    if info.is_main:
+        save_model(str(tmp / "model.pt"), model, extra={"step": step})
+        _write_atomic(tmp / "trainer.pt", {
+            "format": FORMAT, "step": step, "world_size": info.world_size, "config": config,
+            "scaling": model.scaling, "reader": reader_state,
+            "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+        })
+    barrier(info)
+    if info.is_main:
+        if final.exists():  # the same step written again (e.g. a resumed run re-reaching it)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _write_atomic(run_dir / "latest", final.name)
+        if keep > 0:
+            for old in list_checkpoints(run_dir)[:-keep]:
+                shutil.rmtree(old)
+    barrier(info)
+    return final
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Complete step folders, oldest first."""
+    run_dir = Path(run_dir)
+    found = [p for p in run_dir.glob("step_*") if p.is_dir() and (p / "trainer.pt").is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+
+
+def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
+    """`resume=latest` (the newest checkpoint of the run folder) or a step folder."""
+    if resume == "latest":
+        if run_dir is None:
+            raise ValueError("resume=latest needs the run's folder: set checkpoint_path (or project_name and run_name)")
+        pointer = Path(run_dir) / "latest"
+        if pointer.is_file() and (Path(run_dir) / pointer.read_text().strip() / "trainer.pt").is_file():
+            return Path(run_dir) / pointer.read_text().strip()
+        found = list_checkpoints(run_dir)
+        if not found:
+            raise FileNotFoundError(f"resume=latest: no checkpoint under {run_dir}")
+        return found[-1]
+    path = Path(resume)
+    if not (path / "trainer.pt").is_file():
+        raise FileNotFoundError(f"resume={resume}: not a checkpoint folder (no trainer.pt)")
+    return path
+
+
+def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: DistInfo) -> dict:
+    """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config"}.
+
+    The carry is restored only when the world size is unchanged (each rank's rows in flight are
+    its own); otherwise every rank starts from a fresh carry."""
+    step_dir = Path(step_dir)
+    trainer = torch.load(step_dir / "trainer.pt", map_location="cpu", weights_only=True)
+    if trainer.get("format") != FORMAT:
+        raise ValueError(f"{step_dir / 'trainer.pt'}: not a {FORMAT} checkpoint")
+    weights = torch.load(step_dir / "model.pt", map_location="cpu", weights_only=True)
+    load_state_strict(model, weights["state"])
+    if set(trainer["optimizers"]) != set(optimizers):
+        raise ValueError(f"{step_dir}: optimizers {sorted(trainer['optimizers'])} in the checkpoint, "
+                         f"{sorted(optimizers)} in this run")
+    for name, opt in optimizers.items():
+        opt.load_state_dict(trainer["optimizers"][name])
+    carry = None
+    rank_file = step_dir / f"rank_{info.rank}.pt"
+    if trainer["world_size"] == info.world_size and rank_file.is_file():
+        per_rank = torch.load(rank_file, map_location="cpu", weights_only=True)
+        carry = _carry_from_dict(per_rank["carry"], info.device)
+        _set_rng_state(per_rank["rng"])
+    elif info.is_main:
+        print(f"resume: world size {trainer['world_size']} -> {info.world_size}; rows in flight restart "
+              f"from a fresh carry", flush=True)
+    return {"step": trainer["step"], "reader": trainer["reader"], "carry": carry, "config": trainer["config"]}
