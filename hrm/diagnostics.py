@@ -70,7 +70,7 @@ def record_visit_gradients(modules: dict[str, nn.Module], run) -> dict[str, list
     finally:
         for h in handles:
             h.remove()
-    names = sorted(records)
+    names = [n for n in owners if n in records]   # module order, so slices line up with parameters()
     outputs = [y for n in names for _, y in records[n]]
     grads = torch.autograd.grad(loss, outputs, allow_unused=True)
 
@@ -82,7 +82,7 @@ def record_visit_gradients(modules: dict[str, nn.Module], run) -> dict[str, list
             if dy is None:
                 dy = torch.zeros_like(y)
             # dL/dW for y = x W^T, summed over every position of the batch.
-            g = dy.reshape(-1, dy.shape[-1]).float().T @ x.reshape(-1, x.shape[-1]).float()
+            g = dy.reshape(-1, dy.shape[-1]).float().T @ x.detach().reshape(-1, x.shape[-1]).float()
             per_linear.setdefault(n, []).append(g.flatten())
 
     result: dict[str, list[torch.Tensor]] = {}
