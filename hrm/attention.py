@@ -7,9 +7,10 @@ softmax(q k^T / sqrt(head_dim)) v.
 
 Public API
 ----------
-``attend(q, k, v, backend="auto") -> out``   q, k, v, out: [batch, seq, heads, head_dim]
+``attend(q, k, v, backend="auto") -> out``   q, k, v, out: [batch, heads, seq, head_dim]
 ``flash_attention_available() -> bool``
-``Attention(hidden_size, num_heads)``        forward(x, rope: (cos, sin) | None) -> [batch, seq, hidden]
+``Attention(hidden_size, num_heads)``        forward(x, rope: (cos, sin) | None, queries=None)
+                                             -> [batch, seq (or queries), hidden]
     ``qkv_proj.weight`` is [3*hidden, hidden]: rows of q, then k, then v, heads contiguous inside
     each block; ``o_proj.weight`` is [hidden, hidden]. No biases.
 """
@@ -44,7 +45,7 @@ def flash_attention_available() -> bool:
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
-    """Non-causal attention on [batch, seq, heads, head_dim] tensors, scale 1/sqrt(head_dim).
+    """Non-causal attention on [batch, heads, seq, head_dim] tensors, scale 1/sqrt(head_dim).
 
     ``backend``: "auto" (flash when usable, else SDPA), "flash" (error when unusable) or "sdpa".
     """
@@ -54,11 +55,11 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "au
     if backend not in ("auto", "flash", "sdpa"):
         raise ValueError(f"unknown attention backend {backend!r}")
     if flash_ok and backend != "sdpa":
-        out = _flash_attn_func()(q, k, v, causal=False)
-        return out[0] if isinstance(out, tuple) else out  # FA3 also returns the softmax LSE
-    # SDPA wants heads before seq; transposed views are fine, the kernel reads strides.
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-    return out.transpose(1, 2)
+        # FlashAttention wants seq before heads; transposed views do (it needs unit last stride).
+        out = _flash_attn_func()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=False)
+        out = out[0] if isinstance(out, tuple) else out  # FA3 also returns the softmax LSE
+        return out.transpose(1, 2)
+    return F.scaled_dot_product_attention(q, k, v)
 
 
 class Attention(nn.Module):
@@ -69,13 +70,21 @@ class Attention(nn.Module):
         self.qkv_proj = Linear(hidden_size, 3 * hidden_size)
         self.o_proj = Linear(hidden_size, hidden_size)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                queries: int | None = None) -> torch.Tensor:
+        """Self-attention of x [batch, seq, hidden]; with ``queries`` only the first that many
+        positions ask (all positions still serve as keys and values)."""
         batch, seq, hidden = x.shape
-        qkv = self.qkv_proj(x).view(batch, seq, 3, self.num_heads, self.head_dim)
+        # [3, batch, heads, seq, head_dim] view of the fused projection.
+        qkv = self.qkv_proj(x).view(batch, seq, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if rope is not None:
-            # q and k rotated together: one pass over both instead of two.
-            q, k = apply_rope(qkv[:, :, :2], *rope).unbind(2)
+            q, k = apply_rope(qkv[:2], *rope).unbind(0)  # q and k rotated in one pass
         else:
-            q, k = qkv[:, :, 0], qkv[:, :, 1]
-        out = attend(q, k, qkv[:, :, 2])
-        return self.o_proj(out.reshape(batch, seq, hidden))
+            q, k = qkv[0], qkv[1]
+        v = qkv[2]
+        if not torch.is_grad_enabled():
+            v = v.contiguous()  # the SDPA CPU kernel runs measurably faster on dense inputs
+        if queries is not None:
+            q = q[:, :, :queries]
+        out = attend(q, k, v)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, q.shape[2], hidden))

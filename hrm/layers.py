@@ -11,7 +11,7 @@ Public API
 ``Linear(in_features, out_features, bias=False)``  weight [out, in], LeCun truncated-normal init
 ``Embedding(num, dim, init_std)``               a lookup table with truncated-normal init
 ``RotaryTable(head_dim, positions, theta)``     cos/sin tables (float32, non-persistent buffers)
-``apply_rope(x, cos, sin)``                     rotate-half RoPE in float32
+``apply_rope(x, cos, sin)``                     rotate-half RoPE in float32, x [..., seq, head_dim]
 ``SwiGLU(hidden, inner)``                        down(silu(gate) * up), gate|up fused, gate first
 """
 from __future__ import annotations
@@ -110,18 +110,19 @@ class RotaryTable(nn.Module):
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x2, x1), in float32.
 
-    ``x`` is [batch, seq, ..., head_dim]; ``cos``/``sin`` are [seq, head_dim] and broadcast over the
-    dims in between. Written as one multiply and two in-place fused multiply-adds on the halves of
-    the output instead of materialising rotate_half: this runs at every block visit and is memory
-    bound, so the saved passes are most of its cost.
+    ``x`` is [..., seq, head_dim] (heads-major, as attention uses it); ``cos``/``sin`` are
+    [seq, head_dim] and broadcast from the right. Written as one multiply and two in-place fused
+    multiply-adds on the halves of the output instead of materialising rotate_half: this runs at
+    every block visit and is memory bound, so the saved passes are most of its cost. Outside
+    autograd the result is written to a fresh contiguous tensor, the layout attention reads fastest.
     """
     dtype = x.dtype
     x = x.float()
-    extra = x.dim() - 3                       # dims between seq and head_dim (heads, q/k, ...)
-    cos = cos.view(cos.shape[0], *([1] * extra), cos.shape[1])
-    sin = sin.view(sin.shape[0], *([1] * extra), sin.shape[1])
+    if torch.is_grad_enabled():
+        out = x * cos
+    else:
+        out = torch.mul(x, cos, out=torch.empty(x.shape, dtype=x.dtype, device=x.device))
     half = x.shape[-1] // 2
-    out = x * cos
     out[..., :half].addcmul_(x[..., half:], sin[..., :half], value=-1.0)
     out[..., half:].addcmul_(x[..., :half], sin[..., half:])
     return out.to(dtype)

@@ -19,7 +19,7 @@ Public API
         q_halt_logits [B], q_continue_logits [B] (float32), and target_q_continue [B] in training
     ``.predict(batch) -> dict``       evaluation: every row reset once, exactly halt_max_steps
         segments, outputs of the last: logits, preds (argmax tokens), q_halt_logits, q_continue_logits
-    ``.embed(inputs, puzzle_identifiers, dtype)``, ``.segment(z_H, z_L, x, full_graph=False)``,
+    ``.embed(inputs, puzzle_identifiers, dtype)``, ``.segment(z_H, z_L, x, full_graph=False, q_only=False)``,
     ``.heads(z_H, with_logits=True)``  the pieces, for diagnostics and tests
     ``.compute_dtype(device)``        forward dtype on that device (auto: bf16 on CUDA, else fp32)
 ``Carry``  dataclass: z_H, z_L [B, puzzle_tokens + seq, hidden], steps int32 [B], halted bool [B],
@@ -116,9 +116,10 @@ class HRM(nn.Module):
         return self.rope(length) if self.arch.pos_encodings == "rope" else None
 
     def segment(self, z_H: torch.Tensor, z_L: torch.Tensor, x: torch.Tensor,
-                full_graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                full_graph: bool = False, q_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """One segment of H/L cycles. Only the final L and H calls record a graph unless
-        ``full_graph`` (used by diagnostics to backpropagate through every visit)."""
+        ``full_graph`` (used by diagnostics to backpropagate through every visit). ``q_only``:
+        the returned z_H holds position 0 alone, all the Q head reads (the target-Q pass)."""
         rope = self._rope(x.shape[1])
         H_cycles, L_cycles = self.arch.H_cycles, self.arch.L_cycles
         with torch.set_grad_enabled(full_graph and torch.is_grad_enabled()):
@@ -131,7 +132,7 @@ class HRM(nn.Module):
                 if h < H_cycles - 1:
                     z_H = self.H_module(z_H, z_L, rope)
         z_L = self.L_module(z_L, z_H + x, rope)
-        z_H = self.H_module(z_H, z_L, rope)
+        z_H = self.H_module(z_H, z_L, rope, first_only=q_only)
         return z_H, z_L
 
     def heads(self, z_H: torch.Tensor, with_logits: bool = True):
@@ -186,7 +187,8 @@ class HRM(nn.Module):
                 halted = halted & (steps >= min_steps)
                 # Bootstrapped target for q_continue from the next segment (no replay buffer,
                 # no target network: the batch is many parallel environments).
-                next_H, _ = self.segment(z_H, z_L, x.detach())
+                # Only the Q head reads the next segment: its last block computes position 0 only.
+                next_H, _ = self.segment(z_H, z_L, x.detach(), q_only=True)
                 _, next_halt, next_continue = self.heads(next_H, with_logits=False)
                 outputs["target_q_continue"] = torch.sigmoid(
                     torch.where(last_step, next_halt, torch.maximum(next_halt, next_continue)))

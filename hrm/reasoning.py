@@ -11,8 +11,9 @@ Pre-norm block (ablation ``prenorm_1_over_n``): x <- x + eps * f(RMSNorm(x)).
 Public API
 ----------
 ``ReasoningBlock(hidden_size, num_heads, mlp_hidden, norm_eps, alpha=1.0, beta=1.0, prenorm_eps=None)``
-    forward(x, rope) -> x
-``ReasoningModule(blocks)``  forward(state, injection, rope): state + injection, then every block.
+    forward(x, rope, first_only=False) -> x
+``ReasoningModule(blocks)``  forward(state, injection, rope, first_only=False): state + injection,
+    then every block.
 ``build_module(arch, module_scaling, num_blocks) -> ReasoningModule``  from one entry of
     ``hrm.scaling.derive_scaling``.
 """
@@ -51,11 +52,15 @@ class ReasoningBlock(nn.Module):
         total = branch.add_(x) if self.alpha == 1.0 else branch.add_(x, alpha=self.alpha)
         return rms_norm_(total, self.norm_eps)
 
-    def forward(self, x: torch.Tensor, rope) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope, first_only: bool = False) -> torch.Tensor:
+        """x [batch, seq, hidden] -> same; ``first_only`` returns position 0 alone ([batch, 1,
+        hidden]), computing attention for that query only: enough when only the Q head reads it."""
+        queries = 1 if first_only else None
         if self.prenorm_eps is not None:
-            x = x + self.prenorm_eps * self.attn(rms_norm(x, self.norm_eps), rope)
+            branch = self.attn(rms_norm(x, self.norm_eps), rope, queries)
+            x = x[:, :queries] + self.prenorm_eps * branch
             return x + self.prenorm_eps * self.mlp(rms_norm(x, self.norm_eps))
-        x = self._add_norm(x, self.attn(x, rope))
+        x = self._add_norm(x[:, :queries], self.attn(x, rope, queries))
         return self._add_norm(x, self.mlp(x))
 
 
@@ -66,10 +71,13 @@ class ReasoningModule(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
 
-    def forward(self, state: torch.Tensor, injection: torch.Tensor, rope) -> torch.Tensor:
+    def forward(self, state: torch.Tensor, injection: torch.Tensor, rope,
+                first_only: bool = False) -> torch.Tensor:
+        """``first_only``: the last block computes position 0 alone (see ReasoningBlock)."""
         x = state + injection
-        for block in self.blocks:
-            x = block(x, rope)
+        last = len(self.blocks) - 1
+        for i, block in enumerate(self.blocks):
+            x = block(x, rope, first_only=first_only and i == last)
         return x
 
 

@@ -256,3 +256,16 @@ def test_model_without_puzzle_embedding_and_single_step():
     assert result.outputs["logits"].shape == (4, SEQ, VOCAB)
     assert "target_q_continue" not in result.outputs   # ACT off with a single step, as published
     assert bool(result.all_halted)
+
+
+@pytest.mark.parametrize("rule", ["deeploop", "prenorm_1_over_n"])
+def test_first_position_only_module_equals_row_zero_of_the_full_module(rule):
+    model = tiny(H_layers=2, scaling=dict(rule=rule))
+    z, injection = torch.randn(3, 9, 32), torch.randn(3, 9, 32)
+    rope = model.rope(9)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            full = model.H_module(z, injection, rope)
+            first = model.H_module(z, injection, rope, first_only=True)
+        assert first.shape == (3, 1, 32)
+        assert torch.allclose(first[:, 0], full[:, 0], atol=1e-5)

@@ -240,7 +240,7 @@ class _Payload:
 def test_loading_never_unpickles_code(tmp_path):
     path = tmp_path / "evil.pt"
     with open(path, "wb") as f:
-        pickle.dump({"format": "hrm-deeploop/model-v1", "x": _Payload()}, f)
+        pickle.dump({"format": "hrm-deeploop/model-v1", "x": _Payload()}, f, protocol=2)
     with pytest.raises(pickle.UnpicklingError):
         load_model(str(path))
     os.replace(path, tmp_path / "step_1")

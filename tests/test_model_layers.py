@@ -14,25 +14,25 @@ from tests.test_model_reference import ref_attention
 
 
 def naive_attention(q, k, v):
-    """softmax(q k^T / sqrt(d)) v in float64, [batch, seq, heads, dim] layout, by explicit sums."""
+    """softmax(q k^T / sqrt(d)) v in float64, [batch, heads, seq, dim] layout, by explicit sums."""
     q, k, v = q.double(), k.double(), v.double()
-    scores = (q.unsqueeze(2) * k.unsqueeze(1)).sum(-1) / math.sqrt(q.shape[-1])   # [b, sq, sk, h]
-    weights = torch.exp(scores - scores.amax(2, keepdim=True))
-    weights = weights / weights.sum(2, keepdim=True)
-    return (weights.unsqueeze(-1) * v.unsqueeze(1)).sum(2)                       # [b, sq, h, d]
+    scores = (q.unsqueeze(3) * k.unsqueeze(2)).sum(-1) / math.sqrt(q.shape[-1])   # [b, h, sq, sk]
+    weights = torch.exp(scores - scores.amax(-1, keepdim=True))
+    weights = weights / weights.sum(-1, keepdim=True)
+    return (weights.unsqueeze(-1) * v.unsqueeze(2)).sum(3)                       # [b, h, sq, d]
 
 
 def test_sdpa_attention_matches_naive_reference_on_cpu():
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 9, 3, 8, generator=g) for _ in range(3))
+    q, k, v = (torch.randn(2, 3, 9, 8, generator=g) for _ in range(3))
     out = attend(q, k, v, backend="sdpa")
-    assert out.shape == (2, 9, 3, 8)
+    assert out.shape == (2, 3, 9, 8)
     assert torch.allclose(out.double(), naive_attention(q, k, v), atol=1e-5)
     assert torch.equal(attend(q, k, v), out)  # auto on CPU is SDPA
 
 
 def test_attention_backend_errors():
-    q = torch.randn(1, 2, 1, 4)
+    q = torch.randn(1, 1, 2, 4)
     with pytest.raises(RuntimeError, match="flash attention needs"):
         attend(q, q, q, backend="flash")
     with pytest.raises(ValueError, match="unknown attention backend"):
@@ -43,7 +43,7 @@ def test_attention_backend_errors():
                     reason="needs CUDA and flash_attn")
 def test_flash_and_sdpa_agree_on_gpu():
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(2, 300, 4, 64, generator=g, device="cuda", dtype=torch.bfloat16)
+    q, k, v = (torch.randn(2, 4, 300, 64, generator=g, device="cuda", dtype=torch.bfloat16)
                for _ in range(3))
     flash, sdpa = attend(q, k, v, backend="flash"), attend(q, k, v, backend="sdpa")
     assert torch.allclose(flash.float(), sdpa.float(), atol=2e-2)
@@ -55,28 +55,31 @@ def test_attention_module_matches_reference_with_rope():
     attn = Attention(hidden_size=16, num_heads=4)
     x = torch.randn(2, 5, 16)
     table = RotaryTable(head_dim=4, positions=5, theta=10000.0)
-    ours = attn(x, table(5))
     expected = ref_attention(x, attn.qkv_proj.weight, attn.o_proj.weight, heads=4, rope_theta=10000.0)
-    assert torch.allclose(ours, expected, atol=1e-5)
+    assert torch.allclose(attn(x, table(5)), expected, atol=1e-5)
+    with torch.no_grad():  # the no-graph path (contiguous rope output, dense v)
+        assert torch.allclose(attn(x, table(5)), expected, atol=1e-5)
 
 
 def test_rope_hand_worked():
     table = RotaryTable(head_dim=4, positions=3, theta=100.0)   # frequencies 1 and 0.1
     cos, sin = table(3)
-    x = torch.zeros(1, 3, 2, 4)
-    x[0, :, 0, 0] = 1.0   # head 0: unit vector on dim 0 (paired with dim 2, frequency 1)
-    x[0, :, 1, 1] = 1.0   # head 1: unit vector on dim 1 (paired with dim 3, frequency 0.1)
-    out = apply_rope(x, cos, sin)
-    for p in range(3):
-        assert torch.allclose(out[0, p, 0], torch.tensor([math.cos(p), 0, math.sin(p), 0]), atol=1e-6)
-        assert torch.allclose(out[0, p, 1], torch.tensor([0, math.cos(0.1 * p), 0, math.sin(0.1 * p)]),
-                              atol=1e-6)
+    x = torch.zeros(1, 2, 3, 4)  # [batch, heads, seq, head_dim]
+    x[0, 0, :, 0] = 1.0   # head 0: unit vector on dim 0 (paired with dim 2, frequency 1)
+    x[0, 1, :, 1] = 1.0   # head 1: unit vector on dim 1 (paired with dim 3, frequency 0.1)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            out = apply_rope(x, cos, sin)
+        for p in range(3):
+            assert torch.allclose(out[0, 0, p], torch.tensor([math.cos(p), 0, math.sin(p), 0]), atol=1e-6)
+            assert torch.allclose(out[0, 1, p], torch.tensor([0, math.cos(0.1 * p), 0, math.sin(0.1 * p)]),
+                                  atol=1e-6)
 
 
 def test_rope_runs_in_float32_for_bfloat16_inputs():
     torch.manual_seed(0)
     cos, sin = RotaryTable(8, 6, 10000.0)(6)
-    x = torch.randn(2, 6, 3, 8).bfloat16()
+    x = torch.randn(2, 3, 6, 8).bfloat16()
     out = apply_rope(x, cos, sin)
     assert out.dtype == torch.bfloat16
     assert torch.equal(out, apply_rope(x.float(), cos, sin).bfloat16())
