@@ -1,0 +1,1 @@
+"""HRM with DeepLoop residual scaling: model, losses, optimizers, checkpoints, diagnostics."""

@@ -1,0 +1,90 @@
+"""Full (non-causal) multi-head self-attention with a fused qkv projection and RoPE.
+
+Backends: FlashAttention (``flash_attn_interface`` = FA3, else ``flash_attn`` = FA2) when it
+imports and the tensors are CUDA half/bfloat16; otherwise PyTorch's
+``scaled_dot_product_attention`` (its own flash/efficient/math kernels, CPU included). Both compute
+softmax(q k^T / sqrt(head_dim)) v.
+
+Public API
+----------
+``attend(q, k, v, backend="auto") -> out``   q, k, v, out: [batch, heads, seq, head_dim]
+``flash_attention_available() -> bool``
+``Attention(hidden_size, num_heads)``        forward(x, rope: (cos, sin) | None, queries=None)
+                                             -> [batch, seq (or queries), hidden]
+    ``qkv_proj.weight`` is [3*hidden, hidden]: rows of q, then k, then v, heads contiguous inside
+    each block; ``o_proj.weight`` is [hidden, hidden]. No biases.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hrm.layers import Linear, apply_rope
+
+
+@functools.cache
+def _flash_attn_func():
+    """The FlashAttention entry point, imported on first use; None when neither FA3 nor FA2 is there."""
+    try:
+        from flash_attn_interface import flash_attn_func  # FA3 (Hopper)
+        return flash_attn_func
+    except ImportError:
+        pass
+    try:
+        from flash_attn import flash_attn_func  # FA2
+        return flash_attn_func
+    except ImportError:
+        return None
+
+
+def flash_attention_available() -> bool:
+    return _flash_attn_func() is not None
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+    """Non-causal attention on [batch, heads, seq, head_dim] tensors, scale 1/sqrt(head_dim).
+
+    ``backend``: "auto" (flash when usable, else SDPA), "flash" (error when unusable) or "sdpa".
+    """
+    flash_ok = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and flash_attention_available()
+    if backend == "flash" and not flash_ok:
+        raise RuntimeError("flash attention needs flash_attn installed and CUDA fp16/bf16 tensors")
+    if backend not in ("auto", "flash", "sdpa"):
+        raise ValueError(f"unknown attention backend {backend!r}")
+    if flash_ok and backend != "sdpa":
+        # FlashAttention wants seq before heads; transposed views do (it needs unit last stride).
+        out = _flash_attn_func()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=False)
+        out = out[0] if isinstance(out, tuple) else out  # FA3 also returns the softmax LSE
+        return out.transpose(1, 2)
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.qkv_proj = Linear(hidden_size, 3 * hidden_size)
+        self.o_proj = Linear(hidden_size, hidden_size)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
+                queries: int | None = None) -> torch.Tensor:
+        """Self-attention of x [batch, seq, hidden]; with ``queries`` only the first that many
+        positions ask (all positions still serve as keys and values)."""
+        batch, seq, hidden = x.shape
+        # [3, batch, heads, seq, head_dim] view of the fused projection.
+        qkv = self.qkv_proj(x).view(batch, seq, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if rope is not None:
+            q, k = apply_rope(qkv[:2], *rope).unbind(0)  # q and k rotated in one pass
+        else:
+            q, k = qkv[0], qkv[1]
+        v = qkv[2]
+        if not torch.is_grad_enabled():
+            v = v.contiguous()  # the SDPA CPU kernel runs measurably faster on dense inputs
+        if queries is not None:
+            q = q[:, :, :queries]
+        out = attend(q, k, v)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, q.shape[2], hidden))

@@ -1,0 +1,193 @@
+"""Model checkpoints: our own safe format, and loading checkpoints of the original HRM code.
+
+Our format: one ``torch.save`` file holding only plain containers and tensors, read back with
+``torch.load(weights_only=True)`` (no pickled code runs):
+    {"format": "hrm-deeploop/model-v1", "arch": ArchConfig dump, "dims": {vocab_size, seq_len,
+     num_puzzle_identifiers}, "scaling": derive_scaling(arch), "state": model state_dict,
+     "extra": whatever the caller adds (e.g. the trainer's step)}
+Loading is strict: unknown keys, missing keys and shape mismatches are errors that name the keys.
+Floating tensors may change dtype on load (e.g. a bfloat16 H_init from the original code).
+
+Original HRM checkpoints (sapientinc/HRM, ``pretrain.py``): a raw state dict of the loss head,
+keys like ``model.inner.H_level.layers.0.self_attn.qkv_proj.weight``, ``model.inner.puzzle_emb
+.weights``, ``model.inner.H_init``, optionally prefixed by ``_orig_mod.`` (torch.compile), with
+``all_config.yaml`` (the whole training config) in the same folder. The arch section maps to our
+ArchConfig field for field; vocab size and puzzle count come from the weights; seq_len from the
+learned position table if any, else from ``<data_path>/train/dataset.json``, else the caller.
+
+Public API
+----------
+``save_model(path, model, extra=None)``
+``load_model(path, map_location="cpu", verbose=False) -> (HRM, extra)``
+``load_state_strict(model, state)``        strict load with named errors
+``original_key_map(arch) -> {original key: our key}``
+``arch_from_original_config(config: dict) -> ArchConfig``
+``load_original_checkpoint(path, config_path=None, seq_len=None, map_location="cpu",
+                           verbose=False) -> HRM``
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import yaml
+
+from hrm.config import ArchConfig
+from hrm.model import HRM
+
+FORMAT = "hrm-deeploop/model-v1"
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+# ------------------------------------------------------------------------------------ our format
+def save_model(path: str, model: HRM, extra: dict | None = None) -> None:
+    payload = {
+        "format": FORMAT,
+        "arch": model.arch.model_dump(by_alias=True),
+        "dims": {"vocab_size": model.vocab_size, "seq_len": model.seq_len,
+                 "num_puzzle_identifiers": model.num_puzzle_identifiers},
+        "scaling": model.scaling,
+        "state": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "extra": extra or {},
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # never leave a half-written checkpoint under the real name
+
+
+def load_state_strict(model: torch.nn.Module, state: dict) -> None:
+    """Copy ``state`` into ``model``; any unknown, missing or mis-shaped key raises, naming it."""
+    own = model.state_dict()
+    unknown = sorted(set(state) - set(own))
+    missing = sorted(set(own) - set(state))
+    problems = []
+    if unknown:
+        problems.append(f"unknown keys: {unknown}")
+    if missing:
+        problems.append(f"missing keys: {missing}")
+    for key in sorted(set(own) & set(state)):
+        have, got = own[key], state[key]
+        if tuple(have.shape) != tuple(got.shape):
+            problems.append(f"shape mismatch for {key}: model {tuple(have.shape)}, "
+                            f"checkpoint {tuple(got.shape)}")
+        elif have.is_floating_point() != got.is_floating_point():
+            problems.append(f"dtype mismatch for {key}: model {have.dtype}, checkpoint {got.dtype}")
+    if problems:
+        raise CheckpointError("cannot load state: " + "; ".join(problems))
+    with torch.no_grad():
+        for key, value in state.items():
+            own[key].copy_(value)
+
+
+def load_model(path: str, map_location="cpu", verbose: bool = False) -> tuple[HRM, dict]:
+    payload = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a {FORMAT} checkpoint (for checkpoints of the original "
+                              f"HRM code use load_original_checkpoint)")
+    arch = ArchConfig(**payload["arch"])
+    model = HRM(arch, verbose=verbose, **payload["dims"])
+    load_state_strict(model, payload["state"])
+    return model.to(map_location), payload.get("extra", {})
+
+
+# ------------------------------------------------------------------------------ original HRM code
+_ORIGINAL_PREFIX = "model.inner."
+_ORIGINAL_LOSS_NAMES = {"stablemax_cross_entropy": "stablemax", "softmax_cross_entropy": "softmax"}
+# Arch keys of the original config that are not architecture (or that we take from elsewhere).
+_ORIGINAL_NON_ARCH = {"name", "loss"}
+
+
+def original_key_map(arch: ArchConfig) -> dict[str, str]:
+    """Original state-dict key (without the ``_orig_mod.`` prefix) -> our key."""
+    mapping = {
+        "embed_tokens.embedding_weight": "token_embedding.weight",
+        "lm_head.weight": "lm_head.weight",
+        "q_head.weight": "q_head.weight",
+        "q_head.bias": "q_head.bias",
+        "H_init": "H_init",
+        "L_init": "L_init",
+    }
+    if arch.puzzle_emb_ndim > 0:
+        mapping["puzzle_emb.weights"] = "puzzle_embedding.table"
+    if arch.pos_encodings == "learned":
+        mapping["embed_pos.embedding_weight"] = "position_embedding.weight"
+    for ours, theirs, count in (("H_module", "H_level", arch.H_layers),
+                                ("L_module", "L_level", arch.L_layers)):
+        for i in range(count):
+            for orig_name, our_name in (("self_attn.qkv_proj", "attn.qkv_proj"),
+                                        ("self_attn.o_proj", "attn.o_proj"),
+                                        ("mlp.gate_up_proj", "mlp.gate_up_proj"),
+                                        ("mlp.down_proj", "mlp.down_proj")):
+                mapping[f"{theirs}.layers.{i}.{orig_name}.weight"] = f"{ours}.blocks.{i}.{our_name}.weight"
+    return {_ORIGINAL_PREFIX + k: v for k, v in mapping.items()}
+
+
+def arch_from_original_config(config: dict) -> ArchConfig:
+    """ArchConfig from an original ``all_config.yaml`` (whole file, or just its ``arch`` section)."""
+    arch = dict(config.get("arch", config))
+    name = arch.get("name", "")
+    if "hrm_act_v1" not in name:
+        raise CheckpointError(f"arch.name={name!r} is not the original HRM (hrm.hrm_act_v1@...)")
+    loss = arch.get("loss") or {}
+    loss_type = loss.get("loss_type", "softmax_cross_entropy")
+    if loss_type not in _ORIGINAL_LOSS_NAMES:
+        raise CheckpointError(f"arch.loss.loss_type={loss_type!r} is not one of {sorted(_ORIGINAL_LOSS_NAMES)}")
+    fields = {k: v for k, v in arch.items() if k not in _ORIGINAL_NON_ARCH}
+    unknown = sorted(set(fields) - set(ArchConfig.model_fields))
+    if unknown:
+        raise CheckpointError(f"original arch config has keys this model does not know: {unknown}")
+    fields.update(name="hrm_v1", loss_type=_ORIGINAL_LOSS_NAMES[loss_type])
+    fields.setdefault("forward_dtype", "auto")  # the original ran bfloat16 on GPU: auto does too
+    return ArchConfig(**fields)
+
+
+def _original_seq_len(config: dict, state: dict, arch: ArchConfig) -> int | None:
+    positions = state.get(_ORIGINAL_PREFIX + "embed_pos.embedding_weight")
+    if positions is not None:
+        return positions.shape[0] - arch.puzzle_tokens
+    data_path = config.get("data_path")
+    if data_path:
+        meta = os.path.join(data_path, "train", "dataset.json")
+        if os.path.exists(meta):
+            with open(meta) as f:
+                return int(json.load(f)["seq_len"])
+    return None
+
+
+def load_original_checkpoint(path: str, config_path: str | None = None, seq_len: int | None = None,
+                             map_location="cpu", verbose: bool = False) -> HRM:
+    config_path = config_path or os.path.join(os.path.dirname(path), "all_config.yaml")
+    with open(config_path) as f:
+        config = yaml.safe_load(f)
+    arch = arch_from_original_config(config)
+
+    raw = torch.load(path, map_location="cpu", weights_only=True)
+    state = {k.removeprefix("_orig_mod."): v for k, v in raw.items()}
+    key_map = original_key_map(arch)
+    unknown = sorted(set(state) - set(key_map))
+    missing = sorted(set(key_map) - set(state))
+    if unknown or missing:
+        raise CheckpointError(f"original checkpoint {path} does not match its config: "
+                              f"unknown keys {unknown}, missing keys {missing}")
+
+    vocab_size = state[_ORIGINAL_PREFIX + "embed_tokens.embedding_weight"].shape[0]
+    puzzle_table = state.get(_ORIGINAL_PREFIX + "puzzle_emb.weights")
+    num_puzzles = puzzle_table.shape[0] if puzzle_table is not None else int(
+        config.get("num_puzzle_identifiers", 1))
+    found = _original_seq_len(config, state, arch)
+    if seq_len is None:
+        seq_len = found
+    elif found is not None and found != seq_len:
+        raise CheckpointError(f"seq_len={seq_len} given, but the checkpoint says {found}")
+    if seq_len is None:
+        raise CheckpointError("seq_len is unknown (no learned position table and no readable "
+                              "<data_path>/train/dataset.json): pass seq_len (900 for ARC)")
+
+    model = HRM(arch, vocab_size, seq_len, num_puzzles, verbose=verbose)
+    load_state_strict(model, {key_map[k]: v for k, v in state.items()})
+    return model.to(map_location)

@@ -1,0 +1,207 @@
+"""Validated architecture configuration of the HRM (the `arch` group of the Hydra config).
+
+Public API
+----------
+``ScalingConfig``         the residual-scaling rule (DESIGN.md, "Residual scaling"):
+    rule         none | deepnorm | deeploop | custom | prenorm_1_over_n
+    p            exponent of the family alpha = (c*N)^p, beta = (d*N)^(-p). None means "the rule's
+                 own value" (deepnorm 1/4, deeploop 1/2); required for custom; must stay None for
+                 none and prenorm_1_over_n.
+    c, d         constants of the family (2 and 8).
+    depth_count  paper | gradient_visible | forward: how N is counted (see hrm.scaling).
+    lambda       (``lambda_`` in Python) numerator of the pre-norm rule eps = lambda / (N sqrt(L)).
+    H, L         ``ModuleScalingOverride``: per-module overrides (paper eq. 20), every field
+                 optional, None = inherit from the top level. Setting p (or c, d) on a module
+                 without naming its rule makes that module ``custom``.
+``ModuleScalingOverride`` the same fields, all optional.
+``ArchConfig``            one field per knob of the architecture; the YAML presets in configs/arch/
+                          mirror it field for field.
+``resolve_forward_dtype(arch, device) -> torch.dtype``  "auto" = bfloat16 on CUDA, float32 elsewhere.
+
+Every model uses ``extra="forbid"``: an unknown key is an error that names it.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ScalingRule = Literal["none", "deepnorm", "deeploop", "custom", "prenorm_1_over_n"]
+DepthCount = Literal["paper", "gradient_visible", "forward"]
+
+# The exponent that names a rule of the (c N)^p family.
+RULE_EXPONENT = {"deepnorm": 0.25, "deeploop": 0.5}
+
+
+def _check_rule_and_p(rule: str, p: Optional[float], where: str) -> None:
+    """One place for the rule/p consistency check, so top level and overrides say the same thing."""
+    if rule in RULE_EXPONENT and p is not None and p != RULE_EXPONENT[rule]:
+        raise ValueError(
+            f"{where}p={p} conflicts with {where}rule={rule}, which fixes p={RULE_EXPONENT[rule]}; "
+            f"use rule=custom to choose another exponent")
+    if rule == "custom" and p is None:
+        raise ValueError(f"{where}p is required when {where}rule=custom")
+    if rule in ("none", "prenorm_1_over_n") and p is not None:
+        raise ValueError(f"{where}p={p} has no effect with {where}rule={rule}; remove it or pick "
+                         f"rule=custom")
+
+
+class ModuleScalingOverride(BaseModel):
+    """Per-module (H or L) override of ``ScalingConfig``; a None field inherits the top level."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    rule: Optional[ScalingRule] = None
+    p: Optional[float] = None
+    c: Optional[float] = None
+    d: Optional[float] = None
+    depth_count: Optional[DepthCount] = None
+    lambda_: Optional[float] = Field(default=None, alias="lambda")
+
+    @field_validator("c", "d", "lambda_")
+    @classmethod
+    def _positive(cls, v, info):
+        if v is not None and not v > 0:
+            raise ValueError(f"{info.field_name.rstrip('_')} must be > 0, got {v}")
+        return v
+
+    def is_empty(self) -> bool:
+        return all(getattr(self, name) is None for name in type(self).model_fields)
+
+
+class ScalingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    rule: ScalingRule = "none"
+    p: Optional[float] = None
+    c: float = 2.0
+    d: float = 8.0
+    depth_count: DepthCount = "paper"
+    lambda_: float = Field(default=1.0, alias="lambda")
+    H: ModuleScalingOverride = Field(default_factory=ModuleScalingOverride)
+    L: ModuleScalingOverride = Field(default_factory=ModuleScalingOverride)
+
+    @field_validator("H", "L", mode="before")
+    @classmethod
+    def _none_is_empty(cls, v):
+        return {} if v is None else v
+
+    @field_validator("c", "d", "lambda_")
+    @classmethod
+    def _positive(cls, v, info):
+        if not v > 0:
+            raise ValueError(f"scaling.{info.field_name.rstrip('_')} must be > 0, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        _check_rule_and_p(self.rule, self.p, "scaling.")
+        for name in ("H", "L"):
+            self.for_module(name)  # raises with the module named when the merge is inconsistent
+        return self
+
+    def for_module(self, module: str) -> dict:
+        """The effective settings of module "H" or "L": the top level updated by its override."""
+        override: ModuleScalingOverride = getattr(self, module)
+        rule = override.rule
+        if rule is None:
+            # A bare exponent on a module turns it into a custom member of the family.
+            rule = "custom" if override.p is not None else self.rule
+        if override.p is not None:
+            p = override.p
+        else:
+            # The top-level exponent belongs to the top-level rule only.
+            p = self.p if rule == self.rule else None
+        _check_rule_and_p(rule, p, f"scaling.{module}.")
+        return dict(
+            rule=rule,
+            p=RULE_EXPONENT.get(rule, p),
+            c=override.c if override.c is not None else self.c,
+            d=override.d if override.d is not None else self.d,
+            depth_count=override.depth_count or self.depth_count,
+            lambda_=override.lambda_ if override.lambda_ is not None else self.lambda_,
+        )
+
+
+class ArchConfig(BaseModel):
+    """The HRM architecture (DESIGN.md, "Model (hrm)")."""
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "hrm_v1"
+    hidden_size: int = 512
+    num_heads: int = 8
+    expansion: float = 4.0
+    H_layers: int = 4
+    L_layers: int = 4
+    H_cycles: int = 2
+    L_cycles: int = 2
+    halt_max_steps: int = 16
+    halt_exploration_prob: float = 0.1
+    puzzle_emb_ndim: int = 512
+    pos_encodings: Literal["rope", "learned"] = "rope"
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    forward_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    loss_type: Literal["stablemax", "softmax"] = "stablemax"
+    scaling: ScalingConfig = Field(default_factory=ScalingConfig)
+
+    @field_validator("hidden_size", "num_heads", "H_layers", "L_layers", "H_cycles", "L_cycles",
+                     "halt_max_steps")
+    @classmethod
+    def _at_least_one(cls, v, info):
+        if v < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
+        return v
+
+    @field_validator("puzzle_emb_ndim")
+    @classmethod
+    def _non_negative(cls, v):
+        if v < 0:
+            raise ValueError(f"puzzle_emb_ndim must be >= 0, got {v}")
+        return v
+
+    @field_validator("expansion", "rope_theta", "rms_norm_eps")
+    @classmethod
+    def _positive(cls, v, info):
+        if not v > 0:
+            raise ValueError(f"{info.field_name} must be > 0, got {v}")
+        return v
+
+    @field_validator("halt_exploration_prob")
+    @classmethod
+    def _probability(cls, v):
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"halt_exploration_prob must lie in [0, 1], got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size={self.hidden_size} is not divisible by "
+                             f"num_heads={self.num_heads}")
+        if self.pos_encodings == "rope" and (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(f"pos_encodings=rope needs an even head_dim, got "
+                             f"hidden_size/num_heads={self.hidden_size // self.num_heads}")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def puzzle_tokens(self) -> int:
+        """Number of puzzle-embedding tokens prepended to the sequence: ceil(ndim / hidden)."""
+        return -(-self.puzzle_emb_ndim // self.hidden_size)
+
+    @property
+    def mlp_hidden(self) -> int:
+        """SwiGLU inner width: round(expansion * hidden * 2/3) rounded up to a multiple of 256."""
+        inner = round(self.expansion * self.hidden_size * 2 / 3)
+        return -(-inner // 256) * 256
+
+
+def resolve_forward_dtype(arch: ArchConfig, device: torch.device | str) -> torch.dtype:
+    """The compute dtype on ``device``: auto means bfloat16 on CUDA (as published) else float32."""
+    if arch.forward_dtype == "auto":
+        return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+    return getattr(torch, arch.forward_dtype)

@@ -1,0 +1,85 @@
+"""Per-puzzle embeddings: a large table trained sparsely by sign-SGD, outside the dense optimizer.
+
+The table ([num_puzzle_identifiers, ndim], zero-initialised, float32) is a persistent *buffer*, not
+a parameter: AdamATan2 never sees it, and only the rows of the current batch change per step. In a
+training forward (training mode and grad enabled) the looked-up rows become a fresh leaf tensor
+that receives the gradient; the optimizer reads that leaf and the ids it came from.
+
+Sign-SGD with decoupled weight decay, per unique id u of the (global) batch:
+    g_u = sum of the gradients of every batch row with id u
+    table[u] <- table[u] * (1 - lr * weight_decay) - lr * sign(g_u)
+Under torch.distributed (NCCL or gloo) the (ids, gradients) of all ranks are all-gathered first,
+so every rank applies the same update and the replicated tables stay identical. Every rank must
+use the same local batch size.
+
+Public API
+----------
+``PuzzleEmbedding(num_identifiers, ndim)``    forward(ids [B]) -> rows [B, ndim] (float32);
+                                              ``table`` buffer; ``batch_rows``/``batch_ids`` after
+                                              a training forward.
+``PuzzleSignSGD(embedding, lr=1e-2, weight_decay=0.1)``  a torch Optimizer (param_groups[0]["lr"]
+                                              is what a schedule sets); step(), zero_grad().
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class PuzzleEmbedding(nn.Module):
+    def __init__(self, num_identifiers: int, ndim: int):
+        super().__init__()
+        self.register_buffer("table", torch.zeros(num_identifiers, ndim))
+        self.batch_rows: torch.Tensor | None = None
+        self.batch_ids: torch.Tensor | None = None
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.table[ids.long()]
+        if self.training and torch.is_grad_enabled():
+            # The gathered copy is a leaf of its own: its .grad is exactly the per-row gradient
+            # the sparse optimizer needs, and the table itself never enters autograd.
+            rows.requires_grad_(True)
+            self.batch_rows, self.batch_ids = rows, ids
+        return rows
+
+
+def _all_gather(t: torch.Tensor) -> torch.Tensor:
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t.contiguous())
+    return torch.cat(parts)
+
+
+class PuzzleSignSGD(torch.optim.Optimizer):
+    def __init__(self, embedding: PuzzleEmbedding, lr: float = 1e-2, weight_decay: float = 0.1):
+        if lr < 0:
+            raise ValueError(f"lr must be >= 0, got {lr}")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        super().__init__([embedding.table], dict(lr=lr, weight_decay=weight_decay))
+        self.embedding = embedding
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        rows = self.embedding.batch_rows
+        if rows is None or rows.grad is None:
+            return None  # no training forward/backward since the last step: nothing to update
+        grads, ids = rows.grad, self.embedding.batch_ids.long()
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            ids, grads = _all_gather(ids), _all_gather(grads)
+        unique_ids, slot = torch.unique(ids, return_inverse=True)
+        summed = torch.zeros(len(unique_ids), grads.shape[1], dtype=grads.dtype, device=grads.device)
+        summed.index_add_(0, slot, grads)
+        group = self.param_groups[0]
+        lr, weight_decay = group["lr"], group["weight_decay"]
+        table = self.embedding.table  # read it here: .to(device) replaces buffer objects
+        table[unique_ids] = table[unique_ids] * (1.0 - lr * weight_decay) - lr * torch.sign(summed)
+        return None
+
+    def zero_grad(self, set_to_none: bool = True):
+        rows = self.embedding.batch_rows
+        if rows is not None and rows.grad is not None:
+            if set_to_none:
+                rows.grad = None
+            else:
+                rows.grad.zero_()

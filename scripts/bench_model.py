@@ -1,0 +1,144 @@
+"""Throughput of full HRM training steps; prints one JSON line per configuration.
+
+A step is what the trainer runs: ACT forward in training mode (segment with one-step gradient plus
+the no-grad target-Q segment), loss, backward, AdamATan2 on the dense weights, sign-SGD on the
+puzzle rows, zero_grad. Tokens are batch * 900 (puzzle tokens not counted).
+
+Configurations:
+  cpu-bench  hidden 128, 4 heads, expansion 4, H/L layers 2/2, H/L cycles 2/2, halt_max_steps 4,
+             puzzle_emb_ndim 128, batch 8, float32, stablemax, torch.set_num_threads(1).
+             Reference: the original HRM code ran it at 2,324 tokens/s on a 2-core x86 machine;
+             target >= 1.2x = 2,789 tokens/s.
+  hrm_v1     the published architecture (configs/arch/hrm_v1.yaml), on CUDA only, bfloat16.
+
+FLOPs per token count matrix multiplies (2*m*n*k) and attention (q k^T and p v) of every block
+visit (both segments), the backward (2x the forward) of the gradient-visible visits and the LM head
+(forward and backward); elementwise work is not counted.
+
+Usage: python scripts/bench_model.py [--config cpu-bench|hrm_v1|all] [--steps 6] [--warmup 2]
+                                     [--batch N] [--compile]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from hrm.config import ArchConfig  # noqa: E402
+from hrm.loss import ACTLossHead  # noqa: E402
+from hrm.model import HRM  # noqa: E402
+from hrm.optim import AdamATan2  # noqa: E402
+from hrm.puzzle_embedding import PuzzleSignSGD  # noqa: E402
+
+SEQ_LEN, VOCAB, NUM_PUZZLES = 900, 12, 1000
+ORIGINAL_CPU_TOKENS_PER_S = 2324
+CPU_BENCH = dict(name="cpu-bench", hidden_size=128, num_heads=4, expansion=4, H_layers=2, L_layers=2,
+                 H_cycles=2, L_cycles=2, halt_max_steps=4, halt_exploration_prob=0.1,
+                 puzzle_emb_ndim=128, forward_dtype="float32", loss_type="stablemax")
+
+
+def flops_per_token(arch: ArchConfig, seq_len: int, vocab: int) -> float:
+    hidden, inner = arch.hidden_size, arch.mlp_hidden
+    positions = seq_len + arch.puzzle_tokens
+    per_position = (2 * hidden * 3 * hidden + 2 * hidden * hidden          # qkv, o
+                    + 2 * hidden * 2 * inner + 2 * inner * hidden           # gate|up, down
+                    + 4 * positions * hidden)                               # q k^T, p v
+    block_visit = per_position * positions                                  # one block, one row
+    segment_visits = arch.H_cycles * (arch.L_cycles * arch.L_layers + arch.H_layers)
+    grad_visits = arch.L_layers + arch.H_layers
+    forward = 2 * segment_visits * block_visit        # training segment + target-Q segment
+    backward = 2 * grad_visits * block_visit
+    head = 3 * 2 * hidden * vocab * seq_len           # LM head forward + backward
+    return (forward + backward + head) / seq_len
+
+
+def make_batch(size: int, device: torch.device, generator: torch.Generator):
+    inputs = torch.randint(0, VOCAB, (size, SEQ_LEN), generator=generator)
+    labels = torch.randint(0, VOCAB, (size, SEQ_LEN), generator=generator)
+    labels[:, SEQ_LEN // 2:] = -100  # as on ARC, part of every canvas is padding
+    ids = torch.randint(1, NUM_PUZZLES, (size,), generator=generator, dtype=torch.int32)
+    return {"inputs": inputs.to(device), "labels": labels.to(device),
+            "puzzle_identifiers": ids.to(device)}
+
+
+def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, warmup: int,
+          compile_model: bool) -> dict:
+    torch.manual_seed(0)
+    model = HRM(arch, VOCAB, SEQ_LEN, NUM_PUZZLES, verbose=False).to(device)
+    head = ACTLossHead(model).train()
+    dense = AdamATan2(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    sparse = PuzzleSignSGD(model.puzzle_embedding, lr=1e-2, weight_decay=0.1)
+    forward = torch.compile(head) if compile_model else head
+    batch = make_batch(batch_size, device, torch.Generator().manual_seed(0))
+    carry = head.initial_carry(batch)
+
+    def train_step(carry):
+        result = forward(carry, batch)
+        (result.loss / batch_size).backward()
+        dense.step()
+        sparse.step()
+        dense.zero_grad(set_to_none=True)
+        sparse.zero_grad()
+        return result.carry
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        carry = train_step(carry)
+    sync()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        carry = train_step(carry)
+        sync()
+        times.append(time.perf_counter() - start)
+    step_time = sum(times) / len(times)
+    tokens_per_s = batch_size * SEQ_LEN / step_time
+    fpt = flops_per_token(arch, SEQ_LEN, VOCAB)
+    return dict(
+        config=arch.name, device=str(device), dtype=str(model.compute_dtype(device)).replace("torch.", ""),
+        threads=torch.get_num_threads(), batch=batch_size, seq_len=SEQ_LEN, steps=steps,
+        compiled=compile_model, params=sum(p.numel() for p in model.parameters()),
+        step_time_s=round(step_time, 4), best_step_time_s=round(min(times), 4),
+        tokens_per_s=round(tokens_per_s, 1), best_tokens_per_s=round(batch_size * SEQ_LEN / min(times), 1),
+        flops_per_token=round(fpt), achieved_flops_per_s=round(fpt * tokens_per_s),
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default="all", choices=["all", "cpu-bench", "hrm_v1"])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=None, help="override the batch size")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the loss head")
+    args = parser.parse_args()
+
+    if args.config in ("all", "cpu-bench"):
+        torch.set_num_threads(1)
+        result = bench(ArchConfig(**CPU_BENCH), args.batch or 8, torch.device("cpu"), args.steps,
+                       args.warmup, args.compile)
+        result["original_tokens_per_s"] = ORIGINAL_CPU_TOKENS_PER_S
+        result["target_tokens_per_s"] = round(1.2 * ORIGINAL_CPU_TOKENS_PER_S)
+        result["meets_target"] = result["tokens_per_s"] >= result["target_tokens_per_s"]
+        print(json.dumps(result), flush=True)
+    if args.config in ("all", "hrm_v1"):
+        if not torch.cuda.is_available():
+            print(json.dumps({"config": "hrm_v1", "skipped": "no CUDA device"}), flush=True)
+        else:
+            torch.set_num_threads(os.cpu_count() or 1)
+            arch = ArchConfig(name="hrm_v1")  # the defaults are the published architecture
+            print(json.dumps(bench(arch, args.batch or 768, torch.device("cuda"), args.steps,
+                                   args.warmup, args.compile)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""ArchConfig / ScalingConfig validation and the YAML presets (loaded through Hydra)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from pydantic import ValidationError
+
+from hrm.config import ArchConfig, ScalingConfig, resolve_forward_dtype
+
+ARCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "arch")
+PRESETS = ["hrm_v1", "hrm_deeploop", "hrm_deepnorm", "hrm_tiny"]
+
+
+def compose_arch(name, overrides=()):
+    with initialize_config_dir(config_dir=ARCH_DIR, version_base=None):
+        cfg = compose(config_name=name, overrides=list(overrides))
+    return ArchConfig(**OmegaConf.to_container(cfg, resolve=True))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_mirror_arch_config_field_for_field(name):
+    with open(os.path.join(ARCH_DIR, f"{name}.yaml")) as f:
+        raw = yaml.safe_load(f)
+    assert set(raw) == set(ArchConfig.model_fields)
+    assert set(raw["scaling"]) == {"rule", "p", "c", "d", "depth_count", "lambda", "H", "L"}
+    for module in ("H", "L"):
+        assert set(raw["scaling"][module]) == {"rule", "p", "c", "d", "depth_count", "lambda"}
+    arch = compose_arch(name)
+    assert arch.name == name
+    assert ArchConfig(**raw) == arch  # plain YAML and Hydra agree
+
+
+def test_preset_values():
+    v1, loop, norm, tiny = (compose_arch(n) for n in PRESETS)
+    published = dict(hidden_size=512, num_heads=8, expansion=4.0, H_layers=4, L_layers=4, H_cycles=2,
+                     L_cycles=2, halt_max_steps=16, halt_exploration_prob=0.1, puzzle_emb_ndim=512,
+                     pos_encodings="rope", loss_type="stablemax", forward_dtype="auto")
+    for arch in (v1, loop, norm):
+        assert {k: getattr(arch, k) for k in published} == published
+    assert (v1.scaling.rule, loop.scaling.rule, norm.scaling.rule) == ("none", "deeploop", "deepnorm")
+    assert loop.scaling.depth_count == "paper"
+    assert 64 <= tiny.hidden_size <= 128 and tiny.H_layers <= 2 and tiny.L_layers <= 2
+    assert tiny.scaling.rule == "deeploop" and tiny.halt_max_steps <= 4
+
+
+def test_hydra_override_of_one_module_exponent():
+    arch = compose_arch("hrm_deeploop", ["scaling.H.p=0.25"])
+    assert arch.scaling.for_module("H")["p"] == 0.25
+    assert arch.scaling.for_module("H")["rule"] == "custom"
+    assert arch.scaling.for_module("L")["p"] == 0.5
+    arch = compose_arch("hrm_v1", ["scaling.rule=custom", "scaling.p=0.3", "scaling.L.depth_count=forward"])
+    assert arch.scaling.for_module("L") == dict(rule="custom", p=0.3, c=2.0, d=8.0,
+                                                depth_count="forward", lambda_=1.0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(hidden_sise=64), "hidden_sise"),
+    (dict(hidden_size=100, num_heads=8), "hidden_size=100 is not divisible by num_heads=8"),
+    (dict(hidden_size=48, num_heads=16), "even head_dim"),
+    (dict(H_cycles=0), "H_cycles must be >= 1"),
+    (dict(halt_exploration_prob=1.5), "halt_exploration_prob"),
+    (dict(puzzle_emb_ndim=-1), "puzzle_emb_ndim"),
+    (dict(loss_type="focal"), "loss_type"),
+    (dict(pos_encodings="alibi"), "pos_encodings"),
+    (dict(forward_dtype="float8"), "forward_dtype"),
+    (dict(scaling=dict(rule="deeploop", p=0.3)), "scaling.p=0.3 conflicts with scaling.rule=deeploop"),
+    (dict(scaling=dict(rule="custom")), "scaling.p is required when scaling.rule=custom"),
+    (dict(scaling=dict(rule="none", p=0.5)), "has no effect with scaling.rule=none"),
+    (dict(scaling=dict(rule="deeploop", H=dict(rule="custom"))), "scaling.H.p is required"),
+    (dict(scaling=dict(rule="deeploop", L=dict(rule="deepnorm", p=0.5))), "scaling.L.p=0.5 conflicts"),
+    (dict(scaling=dict(depth_count="all")), "depth_count"),
+    (dict(scaling=dict(c=0)), "scaling.c must be > 0"),
+    (dict(scaling=dict(H=dict(q=1))), "q"),
+    (dict(scaling=dict(rule="sqrt")), "rule"),
+])
+def test_validation_errors_name_the_field(kwargs, message):
+    with pytest.raises(ValidationError, match=message):
+        ArchConfig(**kwargs)
+
+
+def test_lambda_key_and_none_overrides():
+    s = ScalingConfig(**{"rule": "prenorm_1_over_n", "lambda": 0.5, "H": None})
+    assert s.lambda_ == 0.5 and s.H.is_empty()
+    assert s.model_dump(by_alias=True)["lambda"] == 0.5
+
+
+def test_derived_properties():
+    arch = ArchConfig(hidden_size=512, expansion=4, puzzle_emb_ndim=512)
+    assert arch.mlp_hidden == 1536          # round(4 * 512 * 2/3) = 1365 -> next multiple of 256
+    assert ArchConfig(hidden_size=128, num_heads=4, expansion=4).mlp_hidden == 512  # 341 -> 512
+    assert arch.puzzle_tokens == 1
+    assert ArchConfig(hidden_size=32, num_heads=2, puzzle_emb_ndim=48).puzzle_tokens == 2
+    assert ArchConfig(puzzle_emb_ndim=0).puzzle_tokens == 0
+
+
+def test_forward_dtype_auto():
+    arch = ArchConfig()
+    assert resolve_forward_dtype(arch, "cpu") == torch.float32
+    assert resolve_forward_dtype(arch, "cuda") == torch.bfloat16
+    assert resolve_forward_dtype(ArchConfig(forward_dtype="float32"), "cuda") == torch.float32

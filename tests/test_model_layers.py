@@ -1,0 +1,149 @@
+"""Layers (items 2, 5): attention backends, RoPE, RMSNorm, SwiGLU, init, dtypes, no device code."""
+from __future__ import annotations
+
+import math
+import pathlib
+import re
+
+import pytest
+import torch
+
+from hrm.attention import Attention, attend, flash_attention_available
+from hrm.layers import Linear, RotaryTable, SwiGLU, apply_rope, rms_norm, rms_norm_, truncated_normal_
+from tests.test_model_reference import ref_attention
+
+
+def naive_attention(q, k, v):
+    """softmax(q k^T / sqrt(d)) v in float64, [batch, heads, seq, dim] layout, by explicit sums."""
+    q, k, v = q.double(), k.double(), v.double()
+    scores = (q.unsqueeze(3) * k.unsqueeze(2)).sum(-1) / math.sqrt(q.shape[-1])   # [b, h, sq, sk]
+    weights = torch.exp(scores - scores.amax(-1, keepdim=True))
+    weights = weights / weights.sum(-1, keepdim=True)
+    return (weights.unsqueeze(-1) * v.unsqueeze(2)).sum(3)                       # [b, h, sq, d]
+
+
+def test_sdpa_attention_matches_naive_reference_on_cpu():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 9, 8, generator=g) for _ in range(3))
+    out = attend(q, k, v, backend="sdpa")
+    assert out.shape == (2, 3, 9, 8)
+    assert torch.allclose(out.double(), naive_attention(q, k, v), atol=1e-5)
+    assert torch.equal(attend(q, k, v), out)  # auto on CPU is SDPA
+
+
+def test_attention_backend_errors():
+    q = torch.randn(1, 1, 2, 4)
+    with pytest.raises(RuntimeError, match="flash attention needs"):
+        attend(q, q, q, backend="flash")
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        attend(q, q, q, backend="xformers")
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and flash_attention_available()),
+                    reason="needs CUDA and flash_attn")
+def test_flash_and_sdpa_agree_on_gpu():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 300, 64, generator=g, device="cuda", dtype=torch.bfloat16)
+               for _ in range(3))
+    flash, sdpa = attend(q, k, v, backend="flash"), attend(q, k, v, backend="sdpa")
+    assert torch.allclose(flash.float(), sdpa.float(), atol=2e-2)
+    assert torch.allclose(flash.float(), naive_attention(q, k, v).float(), atol=2e-2)
+
+
+def test_attention_module_matches_reference_with_rope():
+    torch.manual_seed(0)
+    attn = Attention(hidden_size=16, num_heads=4)
+    x = torch.randn(2, 5, 16)
+    table = RotaryTable(head_dim=4, positions=5, theta=10000.0)
+    expected = ref_attention(x, attn.qkv_proj.weight, attn.o_proj.weight, heads=4, rope_theta=10000.0)
+    assert torch.allclose(attn(x, table(5)), expected, atol=1e-5)
+    with torch.no_grad():  # the no-graph path (contiguous rope output, dense v)
+        assert torch.allclose(attn(x, table(5)), expected, atol=1e-5)
+
+
+def test_rope_hand_worked():
+    table = RotaryTable(head_dim=4, positions=3, theta=100.0)   # frequencies 1 and 0.1
+    cos, sin = table(3)
+    x = torch.zeros(1, 2, 3, 4)  # [batch, heads, seq, head_dim]
+    x[0, 0, :, 0] = 1.0   # head 0: unit vector on dim 0 (paired with dim 2, frequency 1)
+    x[0, 1, :, 1] = 1.0   # head 1: unit vector on dim 1 (paired with dim 3, frequency 0.1)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            out = apply_rope(x, cos, sin)
+        for p in range(3):
+            assert torch.allclose(out[0, 0, p], torch.tensor([math.cos(p), 0, math.sin(p), 0]), atol=1e-6)
+            assert torch.allclose(out[0, 1, p], torch.tensor([0, math.cos(0.1 * p), 0, math.sin(0.1 * p)]),
+                                  atol=1e-6)
+
+
+def test_rope_runs_in_float32_for_bfloat16_inputs():
+    torch.manual_seed(0)
+    cos, sin = RotaryTable(8, 6, 10000.0)(6)
+    x = torch.randn(2, 3, 6, 8).bfloat16()
+    out = apply_rope(x, cos, sin)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, apply_rope(x.float(), cos, sin).bfloat16())
+
+
+def test_rms_norm_hand_worked_and_in_place_variant():
+    x = torch.tensor([[3.0, 4.0]])
+    assert torch.allclose(rms_norm(x, 0.0), torch.tensor([[3 / math.sqrt(12.5), 4 / math.sqrt(12.5)]]))
+    assert torch.allclose(rms_norm(x, 1e-5), x / math.sqrt(12.5 + 1e-5), atol=1e-7)
+    y = torch.randn(4, 7, 32) * 3
+    expected = rms_norm(y, 1e-5)
+    buffer = y.clone()
+    out = rms_norm_(buffer, 1e-5)
+    assert out.data_ptr() == buffer.data_ptr()   # float32: normalised in place
+    assert torch.allclose(out, expected, atol=1e-6)
+    low = rms_norm_(y.bfloat16(), 1e-5)
+    assert low.dtype == torch.bfloat16
+    assert torch.allclose(low.float(), expected, atol=2e-2)
+
+
+def test_swiglu_hand_worked_and_no_grad_path():
+    mlp = SwiGLU(hidden_size=2, inner_size=2)
+    with torch.no_grad():
+        mlp.gate_up_proj.weight.copy_(torch.tensor([[1.0, 0], [0, 1], [2, 0], [0, 3]]))  # gate=x, up=(2x0, 3x1)
+        mlp.down_proj.weight.copy_(torch.tensor([[1.0, 1], [0, -1]]))
+    x = torch.tensor([[0.5, -1.0]])
+    silu = lambda t: t / (1 + math.exp(-t))  # noqa: E731
+    h = [silu(0.5) * 1.0, silu(-1.0) * -3.0]
+    expected = torch.tensor([[h[0] + h[1], -h[1]]])
+    assert torch.allclose(mlp(x), expected, atol=1e-6)
+    with torch.no_grad():
+        assert torch.allclose(mlp(x), expected, atol=1e-6)
+
+
+def test_truncated_normal_statistics():
+    torch.manual_seed(0)
+    t = truncated_normal_(torch.empty(200_000), std=0.5)
+    assert abs(t.mean().item()) < 0.005
+    assert t.std().item() == pytest.approx(0.5, rel=0.01)   # the std of the truncated samples
+    assert truncated_normal_(torch.empty(3), std=0.0).eq(0).all()
+
+
+def test_linear_casts_weights_to_the_input_dtype():
+    torch.manual_seed(0)
+    lin = Linear(8, 4, bias=True)
+    assert lin.weight.dtype == torch.float32 and lin.bias.eq(0).all()
+    assert lin.weight.std().item() == pytest.approx(8 ** -0.5, rel=0.35)
+    x = torch.randn(3, 8)
+    assert lin(x.bfloat16()).dtype == torch.bfloat16
+    assert torch.allclose(lin(x), x @ lin.weight.T)
+
+
+def test_no_device_hard_coding_in_the_package():
+    root = pathlib.Path(__file__).resolve().parent.parent / "hrm"
+    for path in root.glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"\.cuda\(|device=[\"']cuda|torch\.device\([\"']cuda", text), path.name
+
+
+def test_swiglu_blocked_no_grad_path_equals_the_autograd_path():
+    torch.manual_seed(0)
+    mlp = SwiGLU(hidden_size=16, inner_size=256)
+    x = torch.randn(3, 700, 16)            # 2100 rows: two full blocks of 1024 and a partial one
+    expected = mlp(x)
+    with torch.no_grad():
+        out = mlp(x)
+    assert out.shape == x.shape and torch.allclose(out, expected, atol=1e-6)
