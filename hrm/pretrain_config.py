@@ -86,5 +86,7 @@ def format_validation_error(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         where = ".".join(str(x) for x in e["loc"]) or "config"
-        lines.append(f"  {where}: {e['msg']}" + (f" (got {e['input']!r})" if e["type"] != "missing" and not isinstance(e["input"], dict) else ""))
+        msg = e["msg"].removeprefix("Value error, ")
+        shown = e["type"] != "missing" and not isinstance(e["input"], dict)
+        lines.append(f"  {where}: {msg}" + (f" (got {e['input']!r})" if shown else ""))
     return "invalid config:\n" + "\n".join(lines)

@@ -86,7 +86,9 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         if final.exists():  # the same step written again (e.g. a resumed run re-reaching it)
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _write_atomic(run_dir / "latest", final.name)
+        pointer = run_dir / ".latest.tmp"
+        pointer.write_text(final.name)
+        os.replace(pointer, run_dir / "latest")
         if keep > 0:
             for old in list_checkpoints(run_dir)[:-keep]:
                 shutil.rmtree(old)

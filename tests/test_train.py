@@ -1,0 +1,215 @@
+"""The trainer: config validation, lr schedule, learning on real data, predictions, divergence guard,
+exact resume after SIGKILL, and 2-process gloo training equal to 1-process training."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import MICRO_ARCH, ROOT
+from hrm.distributed import DistInfo
+from hrm.pretrain_config import PretrainConfig
+from hrm.train import Trainer, TrainingDiverged, lr_at
+
+CPU = DistInfo(0, 1, 0, torch.device("cpu"))
+
+
+def micro_config(data: Path, run_dir: Path, **overrides) -> PretrainConfig:
+    fields = dict(arch=MICRO_ARCH, data_path=str(data), global_batch_size=8, epochs=100, eval_interval=100,
+                  lr=1e-3, lr_warmup_steps=2, max_steps=6, checkpoint_path=str(run_dir), seed=3)
+    fields.update(overrides)
+    return PretrainConfig(**fields)
+
+
+def compose(*overrides: str) -> dict:
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+        return OmegaConf.to_container(hydra_compose("cfg_pretrain", overrides=list(overrides)), resolve=True)
+
+
+def test_lr_schedule_hand_values():
+    assert lr_at(0, 1.0, 10, 110, 0.1) == 0.0
+    assert lr_at(5, 1.0, 10, 110, 0.1) == 0.5
+    assert lr_at(10, 1.0, 10, 110, 0.1) == pytest.approx(1.0)
+    assert lr_at(60, 1.0, 10, 110, 0.1) == pytest.approx(0.1 + 0.9 * 0.5)  # half way down the cosine
+    assert lr_at(110, 1.0, 10, 110, 0.1) == pytest.approx(0.1)
+    assert lr_at(500, 1e-4, 2000, 10_000, 1.0) == pytest.approx(2.5e-5)  # HRM: warmup, then constant
+    assert lr_at(9000, 1e-4, 2000, 10_000, 1.0) == pytest.approx(1e-4)
+
+
+def test_presets_compose_and_overrides_reach_the_model(small_build):
+    for arch in ("hrm_v1", "hrm_deeploop", "hrm_deepnorm", "hrm_tiny"):
+        cfg = PretrainConfig(**compose(f"arch={arch}", f"data_path={small_build}"))
+        assert cfg.arch.name == arch
+    cfg = PretrainConfig(**compose("arch=hrm_deeploop", f"data_path={small_build}", "arch.L_cycles=3",
+                                   "arch.scaling.H.p=0.25", "lr=3e-4"))
+    assert (cfg.arch.L_cycles, cfg.arch.scaling.H.p, cfg.lr) == (3, 0.25, 3e-4)
+    defaults = PretrainConfig(**compose(f"data_path={small_build}"))
+    assert (defaults.global_batch_size, defaults.lr, defaults.lr_warmup_steps, defaults.lr_min_ratio) == (768, 1e-4, 2000, 1.0)
+    assert (defaults.beta1, defaults.beta2, defaults.weight_decay, defaults.puzzle_emb_lr) == (0.9, 0.95, 0.1, 1e-2)
+    assert (defaults.epochs, defaults.eval_interval, defaults.arch.hidden_size, defaults.arch.halt_max_steps) == (100000, 10000, 512, 16)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["lr=-1"], "lr"),
+    (["arch.scaling.rule=magic"], "arch.scaling.rule"),
+    (["+warmup=3"], "warmup"),
+    (["data_path=/nonexistent/build"], "data_path"),
+    (["eval_interval=7"], "eval_interval"),
+])
+def test_bad_config_names_the_field(small_build, overrides, field):
+    from pydantic import ValidationError
+    from hrm.pretrain_config import format_validation_error
+    raw = compose(f"data_path={small_build}", *overrides)
+    with pytest.raises(ValidationError) as err:
+        PretrainConfig(**raw)
+    message = format_validation_error(err.value)
+    assert f"  {field}:" in message or f"  config: {field}=" in message, message
+
+
+def test_batch_not_divisible_by_world_size_is_refused(small_build, tmp_path):
+    cfg = micro_config(small_build, tmp_path, global_batch_size=9)
+    with pytest.raises(ValueError, match="global_batch_size=9 is not divisible by the world size 2"):
+        cfg.check_world_size(2)
+
+
+def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"data_path={small_build}", "lr=-1",
+                          f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 2 and "lr:" in run.stderr and "greater than or equal to 0" in run.stderr
+    assert not (tmp_path / "run").exists()
+    run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"data_path={small_build}", "arch.hidden_sz=3"],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode != 0 and "hidden_sz" in run.stderr
+
+
+def test_loss_falls_and_evaluation_writes_predictions(small_build, tmp_path):
+    cfg = micro_config(small_build, tmp_path / "run", max_steps=36, lr=2e-3, lr_warmup_steps=4)
+    trainer = Trainer(cfg, CPU, progress=False)
+    summary = trainer.fit()
+    losses = [loss for _, loss in trainer.history]
+    assert len(losses) == 36 and all(math.isfinite(x) for x in losses)
+    assert np.mean(losses[-6:]) < np.mean(losses[:6]) - 0.3, losses
+    # predictions for voting: every test row once (plus padding), in the contract's dtypes
+    pred_dir = tmp_path / "run" / "predictions" / "step_36"
+    info = json.loads((pred_dir / "info.json").read_text())
+    assert info["data_path"] == str(small_build.resolve()) and info["step"] == 36 and info["world_size"] == 1
+    with np.load(pred_dir / "rank_0.npz") as f:
+        arrays = {k: f[k] for k in f.files}
+    test_ids = np.load(small_build / "test" / "all__puzzle_identifiers.npy")
+    test_idx = np.load(small_build / "test" / "all__puzzle_indices.npy")
+    real = arrays["puzzle_identifiers"] != 0
+    assert arrays["puzzle_identifiers"].dtype == np.int32 and arrays["q_halt_logits"].dtype == np.float32
+    assert arrays["inputs"].dtype == arrays["preds"].dtype == np.uint8 and arrays["preds"].shape[1] == 900
+    assert np.array_equal(arrays["puzzle_identifiers"][real], np.repeat(test_ids, np.diff(test_idx)))
+    assert np.array_equal(arrays["inputs"][real], np.load(small_build / "test" / "all__inputs.npy"))
+    assert summary["eval"]["count"] == real.sum()
+    # the run folder: log, resolved config, a final checkpoint with the derived scaling
+    assert (tmp_path / "run" / "all_config.yaml").is_file()
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert log[0]["scaling/H/alpha"] == pytest.approx(math.sqrt(6))  # M_g = 2 * (1 + 2 * 1) = 6
+    assert any("eval/exact_accuracy" in r for r in log)
+    trainer_state = torch.load(tmp_path / "run" / "step_36" / "trainer.pt", weights_only=True)
+    assert trainer_state["scaling"]["L"]["alpha"] == pytest.approx(math.sqrt(6))
+
+
+def test_divergence_stops_without_touching_the_last_good_checkpoint(small_build, tmp_path):
+    cfg = micro_config(small_build, tmp_path / "run", checkpoint_interval=1, keep_checkpoints=0)
+    trainer = Trainer(cfg, CPU, progress=False)
+    real_step = trainer.step_fn
+
+    def poisoned(carry, batch):
+        out = real_step(carry, batch)
+        if trainer.step == 2:  # the third optimizer step gets a NaN loss
+            return out._replace(loss=out.loss * float("nan"))
+        return out
+    trainer.step_fn = poisoned
+    good = None
+    with pytest.raises(TrainingDiverged, match="non-finite loss at step 3"):
+        trainer.fit()
+    good = torch.load(tmp_path / "run" / "step_2" / "model.pt", weights_only=True)["state"]
+    assert (tmp_path / "run" / "latest").read_text() == "step_2"
+    assert not (tmp_path / "run" / "step_3").exists()
+    assert json.loads((tmp_path / "run" / "diverged.json").read_text())["step"] == 3
+    assert all(torch.isfinite(v).all() for v in good.values() if v.is_floating_point())
+
+
+def losses_by_step(run_dir: Path) -> dict[int, float]:
+    out = {}
+    for line in (run_dir / "log.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if "train/loss" in record:
+            out[record["step"]] = record["train/loss"]  # a resumed run rewrites later steps
+    return out
+
+
+def pretrain_cmd(data: Path, run_dir: Path, *extra: str) -> list[str]:
+    micro = [f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"] + ["arch.scaling.rule=deeploop"]
+    return [sys.executable, str(ROOT / "pretrain.py"), "arch=hrm_tiny", *micro, f"data_path={data}",
+            "global_batch_size=8", "epochs=100", "eval_interval=100", "lr=1e-3", "lr_warmup_steps=2", "seed=5",
+            f"checkpoint_path={run_dir}", "eval_save_predictions=false", *extra]
+
+
+def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    straight = tmp_path / "straight"
+    subprocess.run(pretrain_cmd(small_build, straight, "max_steps=12"), env=env, check=True, capture_output=True)
+    expected = losses_by_step(straight)
+    assert sorted(expected) == list(range(1, 13))
+
+    run = tmp_path / "killed"
+    proc = subprocess.Popen(pretrain_cmd(small_build, run, "max_steps=12", "checkpoint_interval=3"), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "step_6").is_dir():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (run / "step_6").is_dir() and not (run / "step_12").exists(), "kill came too late to test resume"
+    subprocess.run(pretrain_cmd(small_build, run, "max_steps=12", "checkpoint_interval=3", "resume=latest"),
+                   env=env, check=True, capture_output=True)
+    resumed = losses_by_step(run)
+    assert resumed == expected  # identical floats, step for step
+
+
+def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    no_explore = ["arch.halt_exploration_prob=0.0", "max_steps=4"]
+    one = tmp_path / "one"
+    subprocess.run(pretrain_cmd(small_build, one, *no_explore), env=env, check=True, capture_output=True)
+    two = tmp_path / "two"
+    worker = ROOT / "tests" / "dist_worker.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
+           str(worker), str(two)] + pretrain_cmd(small_build, two, *no_explore)[3:]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rank0 = torch.load(two / "weights_rank0.pt", weights_only=True)
+    rank1 = torch.load(two / "weights_rank1.pt", weights_only=True)
+    single = torch.load(one / "step_4" / "model.pt", weights_only=True)["state"]
+    assert rank0.keys() == rank1.keys() == single.keys()
+    # Ranks: bit-identical. Against one process: the gradient sums differ in float order only. AdamATan2's
+    # update atan2(m, sqrt(v)) ignores the gradient's scale, so an element whose gradient is pure
+    # round-off noise (~1e-12) can still move by up to lr * pi/2 per step in either run; allow a
+    # handful of such elements, bounded by that, and require the rest to agree to 1e-5.
+    lr, steps = 1e-3, 4
+    off, total = 0, 0
+    for key in rank0:
+        assert torch.equal(rank0[key], rank1[key]), key
+        diff = (rank0[key] - single[key]).abs()
+        off += int((diff > 1e-5).sum())
+        total += diff.numel()
+        assert diff.max() <= lr * math.pi / 2 * steps, key
+    assert off <= max(2, total // 10_000), f"{off} of {total} weights differ from the 1-process run"
+    assert losses_by_step(two).keys() == losses_by_step(one).keys()
+    for step, loss in losses_by_step(one).items():
+        assert losses_by_step(two)[step] == pytest.approx(loss, rel=1e-4)
