@@ -75,11 +75,11 @@ def format_table(report: dict, max_listed: int = 20) -> str:
              f"tasks: {meta['tasks_seen']}/{meta['tasks']} with predictions   "
              f"test inputs: {meta['pairs_seen']}/{meta['pairs']} with predictions",
              "",
-             f"{'K':>6}  {'task (paper)':>22}  {'pair (ARC Prize)':>18}  {'test inputs':>14}",
+             f"{'K':>6}   {'task (paper)':<22}{'pair (ARC Prize)':<19}test inputs solved",
              ]
     for k, r in report["pass_at_k"].items():
-        lines.append(f"{k:>6}  {100 * r['task']:>8.2f}% {r['tasks_solved']:>6}/{meta['tasks']:<6}"
-                     f"  {100 * r['pair']:>17.2f}%  {r['pairs_solved']:>6}/{meta['pairs']:<7}")
+        tasks = f"{100 * r['task']:6.2f}%  ({r['tasks_solved']}/{meta['tasks']})"
+        lines.append(f"{k:>6}   {tasks:<22}{100 * r['pair']:6.2f}%{'':12}{r['pairs_solved']}/{meta['pairs']}")
     missing = report["missing"]
     for label, items in (("tasks without predictions", missing["tasks"]),
                          ("test inputs without predictions", [f"{t}[{i}]" for t, i in missing["pairs"]])):

@@ -117,3 +117,25 @@ class Predictions:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, **{**self.arrays(), **overrides})
         return path
+
+
+# Hand-made evaluation tasks for the tests: grids without symmetries, so that a wrongly undone
+# transform can never look right.
+ONE = {"train": [(g([[1, 0], [0, 0]]), g([[0, 1], [0, 0]]))],
+       "test": [(g([[1, 2, 0], [0, 3, 0]]), g([[5, 6], [7, 8], [9, 1]]))]}
+TWO = {"train": [(g([[2]]), g([[3]]))],
+       "test": [(g([[4, 0, 0, 1]]), g([[1, 2], [3, 4]])),
+                (g([[0, 5], [6, 0], [0, 0]]), g([[7, 0, 0], [0, 0, 8]]))]}
+THREE = {"train": [(g([[3, 3]]), g([[4]]))], "test": [(g([[6], [7]]), g([[2, 2, 5]]))]}
+FOUR = {"train": [(g([[5]]), g([[5, 5]]))], "test": [(g([[8, 9]]), g([[9], [8], [0]]))]}
+WRONG = g([[1, 1], [1, 1]])
+WRONG2 = g([[2, 3, 4]])
+# dihedral id and colour map of each augmentation: every transform, every map moving colours
+AUGS = [(0, cmap("0312456789")), (1, cmap("0234567891")), (2, cmap("0987654321")),
+        (3, cmap("0918273645")), (4, cmap("0123456798")), (5, cmap("0567891234")),
+        (6, cmap("0345678912")), (7, cmap("0192837465"))]
+TASKS = {"task_one": ONE, "task_two": TWO, "task_three": THREE, "task_four": FOUR}
+
+
+def truth(task, i=0):
+    return TASKS[task]["test"][i][1]
