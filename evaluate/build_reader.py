@@ -1,11 +1,10 @@
 """Read what the evaluator needs from a build directory (layout: DESIGN.md, Data).
 
-The heavy arrays are memory-mapped: the vote only touches the rows of the original (non-augmented)
+Inputs and labels are read row by row: the vote only needs the rows of the original (non-augmented)
 puzzles, about 419 of the 385,812 test examples.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,34 +13,59 @@ import numpy as np
 from arc_data.augment import parse_augmentation_name
 from arc_data.encoding import COLOUR_OFFSET, MAX_GRID, SEQ_LEN, VOCAB_SIZE, crop
 from evaluate.errors import EvaluationInputError
+from evaluate.identifiers import Identifiers
 
 SPLIT_ARRAYS = ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices")
 
 
-def load_identifiers(data_dir: Path) -> list[str]:
-    path = Path(data_dir) / "identifiers.json"
-    if not path.is_file():
-        raise EvaluationInputError(f"{path} not found: is {data_dir} a build directory?")
-    with open(path) as f:
-        names = json.load(f)
-    if not isinstance(names, list) or not names or names[0] != "<blank>":
-        raise EvaluationInputError(f"{path} must be a list of names starting with \"<blank>\"")
-    return names
+def load_identifiers(data_dir: Path) -> Identifiers:
+    return Identifiers(Path(data_dir) / "identifiers.json")
 
 
 def load_split(data_dir: Path, split: str) -> dict[str, np.ndarray]:
-    """The five ``all__*.npy`` arrays of a split; inputs and labels memory-mapped."""
+    """The five ``all__*.npy`` arrays of a split; inputs and labels as :class:`NpyRows`."""
     arrays = {}
     for key in SPLIT_ARRAYS:
         path = Path(data_dir) / split / f"all__{key}.npy"
         if not path.is_file():
             raise EvaluationInputError(f"{path} not found: the build in {data_dir} is incomplete")
-        arrays[key] = np.load(path, mmap_mode="r" if key in ("inputs", "labels") else None)
+        arrays[key] = NpyRows(path) if key in ("inputs", "labels") else np.load(path)
     for key in ("inputs", "labels"):
         if arrays[key].ndim != 2 or arrays[key].shape[1] != SEQ_LEN:
             raise EvaluationInputError(f"{data_dir}/{split}/all__{key}.npy has shape "
                                        f"{arrays[key].shape}, expected [examples, {SEQ_LEN}]")
     return arrays
+
+
+class NpyRows:
+    """Single rows of a large .npy, read with seek+read.
+
+    A memory map would do, but every row touched maps a whole block of the page cache into the
+    process (its RSS): the ~800 scattered rows the vote needs showed up as 700 MB.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            self.shape, fortran, self.dtype = read_header(f)
+            self.offset = f.tell()
+        if fortran or self.dtype != np.uint8:
+            raise EvaluationInputError(f"{path}: expected a C-ordered uint8 array, got {self.dtype}")
+        self.ndim = len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, row: int) -> np.ndarray:
+        width = int(np.prod(self.shape[1:]))
+        if not 0 <= row < self.shape[0]:
+            raise IndexError(f"row {row} of {self.path} (shape {self.shape})")
+        with open(self.path, "rb") as f:
+            f.seek(self.offset + row * width)
+            return np.frombuffer(f.read(width), dtype=np.uint8)
 
 
 def decode_grid(tokens: np.ndarray) -> np.ndarray:
@@ -82,14 +106,14 @@ def canonical(grid: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
 class TestSplit:
     """The evaluation tasks of a build: their test inputs and ground truth, in build order."""
     data_dir: Path
-    identifiers: list[str]
+    identifiers: Identifiers
     tasks: list[str]                 # task names (the original puzzles of the test split)
     task_pair_start: np.ndarray      # int64 [T+1]: test pairs of task k are [start[k], start[k+1])
     pair_inputs: np.ndarray          # uint8 [P, 900] canonical original test inputs
     pair_input_shape: np.ndarray     # uint8 [P, 2]
     truth: np.ndarray                # uint8 [P, 900] canonical ground-truth outputs
     truth_shape: np.ndarray          # uint8 [P, 2]
-    in_test_split: np.ndarray        # bool [identifiers]: which identifiers are test-split puzzles
+    ident_task: np.ndarray           # int32 [identifiers]: task index of each test-split puzzle, else -1
 
     @property
     def num_pairs(self) -> int:
@@ -123,12 +147,13 @@ def load_test_split(data_dir: Path) -> TestSplit:
             truths.append(canonical(crop(split["labels"][e])))
         tasks.append(name)
         starts.append(len(inputs))
-    in_test = np.zeros(len(identifiers), dtype=bool)
-    in_test[puzzle_ids] = True
+    # every puzzle of a group is a version of the group's task
+    ident_task = np.full(len(identifiers), -1, dtype=np.int32)
+    ident_task[puzzle_ids] = np.repeat(np.arange(len(group_idx) - 1), np.diff(group_idx))
     return TestSplit(data_dir=data_dir, identifiers=identifiers, tasks=tasks,
                      task_pair_start=np.asarray(starts, dtype=np.int64),
                      pair_inputs=_rows(inputs), pair_input_shape=_shapes(inputs),
-                     truth=_rows(truths), truth_shape=_shapes(truths), in_test_split=in_test)
+                     truth=_rows(truths), truth_shape=_shapes(truths), ident_task=ident_task)
 
 
 def _rows(items: list) -> np.ndarray:

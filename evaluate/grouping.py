@@ -1,8 +1,9 @@
 """Group predictions into candidate answers per test input and rank them (count, then confidence).
 
-Rows are sorted by (test pair, 128-bit hash); a run of equal keys is one answer, confirmed cell by
-cell: rows whose grids differ despite equal hashes (never seen, but a hash is not a proof) are split
-into separate answers, so the vote is exact whatever the hash does.
+Rows are sorted by one 64-bit key mixing the test pair into the answer's hash (one argsort: a third
+of the time of a three-key lexsort); a run of equal keys is one answer, confirmed pair and cell by
+cell: rows that differ despite equal keys (never seen, but a hash is not a proof) are split into
+separate answers, so the vote is exact whatever the hash does.
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from evaluate.kernels import same_grid
+from evaluate.kernels import same_packed
+
+_PAIR_MIX = np.uint64(0x9E3779B97F4A7C15)   # odd: distinct pairs with equal h1 get distinct keys
 
 
 @dataclass
@@ -28,36 +31,38 @@ class Candidates:
         return np.arange(len(self.pair)) - self.pair_start[self.pair]
 
 
-@numba.njit(cache=True)
-def _exact_labels(order, run_start, canon, shape):
-    """Label each sorted row with the index of the distinct grid it holds within its run.
+@numba.njit(cache=True, parallel=True)
+def _runs_uniform(order, run_start, pair, pool, start, shape):
+    """Whether every row of each run holds the same (pair, grid) as the run's first row."""
+    ok = np.ones(len(run_start) - 1, dtype=np.bool_)
+    for r in numba.prange(len(run_start) - 1):
+        first = order[run_start[r]]
+        for k in range(run_start[r] + 1, run_start[r + 1]):
+            row = order[k]
+            if pair[row] != pair[first] or not same_packed(pool, start, shape, row, first):
+                ok[r] = False
+                break
+    return ok
 
-    Almost every run holds one grid (label 0 throughout); the loop over representatives only grows
-    when two different grids shared a hash.
-    """
-    labels = np.zeros(len(order), dtype=np.int64)
-    collided = False
+
+@numba.njit(cache=True)
+def _split_runs(order, run_start, bad_runs, pair, pool, start, shape, labels):
+    """Label the rows of the given runs with the index of the distinct (pair, grid) they hold."""
     reps = np.empty(len(order), dtype=np.int64)
-    for r in range(len(run_start) - 1):
-        lo, hi = run_start[r], run_start[r + 1]
-        n_reps = 1
-        reps[0] = order[lo]
-        for k in range(lo + 1, hi):
+    for r in bad_runs:
+        n_reps = 0
+        for k in range(run_start[r], run_start[r + 1]):
             row = order[k]
             found = -1
             for q in range(n_reps):
-                rep = reps[q]
-                if same_grid(canon[row], shape[row, 0], shape[row, 1],
-                         canon[rep], shape[rep, 0], shape[rep, 1]):
+                if pair[row] == pair[reps[q]] and same_packed(pool, start, shape, row, reps[q]):
                     found = q
                     break
             if found < 0:
                 reps[n_reps] = row
                 found = n_reps
                 n_reps += 1
-                collided = True
             labels[k] = found
-    return labels, collided
 
 
 def _run_starts(*sorted_keys: np.ndarray) -> np.ndarray:
@@ -71,19 +76,22 @@ def _run_starts(*sorted_keys: np.ndarray) -> np.ndarray:
     return np.append(np.flatnonzero(change), n)
 
 
-def group_candidates(pair_of_row: np.ndarray, h1: np.ndarray, h2: np.ndarray, canon: np.ndarray,
-                     shape: np.ndarray, confidence: np.ndarray, num_pairs: int) -> Candidates:
+def group_candidates(pair_of_row: np.ndarray, h1: np.ndarray, h2: np.ndarray, pool: np.ndarray,
+                     start: np.ndarray, shape: np.ndarray, confidence: np.ndarray, num_pairs: int) -> Candidates:
     """Count the votes for each distinct answer of each test pair and rank the answers.
 
     ``pair_of_row < 0`` marks rows that do not vote (padding). Ranking: more votes first, then higher
     mean confidence; remaining ties go by hash, so the result does not depend on the row order.
     """
     rows = np.flatnonzero(pair_of_row >= 0)
-    order = rows[np.lexsort((h2[rows], h1[rows], pair_of_row[rows]))]
-    sorted_pair, sorted_h1, sorted_h2 = pair_of_row[order], h1[order], h2[order]
-    starts = _run_starts(sorted_pair, sorted_h1, sorted_h2)
-    labels, collided = _exact_labels(order, starts, canon, shape)
-    if collided:
+    key = h1[rows] ^ (pair_of_row[rows].astype(np.uint64) * _PAIR_MIX)
+    by_key = np.argsort(key)
+    order = rows[by_key]
+    starts = _run_starts(key[by_key])
+    uniform = _runs_uniform(order, starts, pair_of_row, pool, start, shape)
+    if not uniform.all():
+        labels = np.zeros(len(order), dtype=np.int64)
+        _split_runs(order, starts, np.flatnonzero(~uniform), pair_of_row, pool, start, shape, labels)
         run_id = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
         regroup = np.lexsort((labels, run_id))
         order = order[regroup]

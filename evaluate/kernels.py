@@ -2,7 +2,7 @@
 
 A grid travels as a *canonical* row: ``uint8[900]`` holding the cells row-major in its first
 ``rows*cols`` bytes, with the shape kept beside it. The kernels write canonical rows in place of the
-prediction canvases, so 385,812 predictions never need a second 350 MB array.
+prediction canvases of a chunk, then pack them end to end into one pool (``start`` offsets).
 
 The crop is the contract's (``arc_data.encoding.crop``) and the dihedral transforms are
 ``arc_data.augment.dihedral``; tests check both equal those reference functions.
@@ -44,27 +44,32 @@ def _fmix(h):
     return h
 
 
+@numba.njit(cache=True, inline="always")
+def _mix(h1, h2, word):
+    return _rotl(h1 ^ (word * _M1), 31) * _M2, _rotl(h2 + (word * _M3), 27) * _M1 + _M2
+
+
 @numba.njit(cache=True)
 def hash_grid(cells, rows, cols):
     """128-bit content hash (two independent 64-bit lanes) of a shape and its row-major cells.
 
-    Cells are packed eight to a word, so each lane costs ~113 multiplies for a 30x30 grid. Equal
+    Cells are read eight at a time as one little-endian word (a 30x30 grid is 113 words per lane);
+    the last, partial word holds only the grid's own cells, so bytes beyond it never matter. Equal
     hashes are still confirmed cell by cell before two answers are merged (``grouping``).
     """
     n = rows * cols
     shape_word = np.uint64(rows) << np.uint64(8) | np.uint64(cols)
     h1 = _SEED1 ^ (shape_word * _M1)
     h2 = _SEED2 ^ (shape_word * _M2)
-    word = np.uint64(0)
-    shift = 0
-    for k in range(n):
-        word |= np.uint64(cells[k]) << np.uint64(shift)
-        shift += 8
-        if shift == 64 or k == n - 1:
-            h1 = _rotl(h1 ^ (word * _M1), 31) * _M2
-            h2 = _rotl(h2 + (word * _M3), 27) * _M1 + _M2
-            word = np.uint64(0)
-            shift = 0
+    full = n // 8
+    words = cells[:full * 8].view(np.uint64)
+    for w in range(full):
+        h1, h2 = _mix(h1, h2, words[w])
+    if n > full * 8:
+        word = np.uint64(0)
+        for k in range(full * 8, n):
+            word |= np.uint64(cells[k]) << np.uint64(8 * (k - full * 8))
+        h1, h2 = _mix(h1, h2, word)
     return _fmix(h1 ^ np.uint64(n)), _fmix(h2 + np.uint64(n))
 
 
@@ -86,48 +91,140 @@ def crop_shape(canvas):
     return best_rows, best_cols
 
 
-@numba.njit(cache=True)
-def dihedral_into(canvas, rows, cols, t, colour_map, out):
-    """Write ``colour_map[dihedral(crop, t)]`` of a token canvas into ``out``; return its shape.
-
-    ``canvas`` holds a ``rows x cols`` grid of colour tokens at its top left (stride 30). Each
-    transform reads source cell ``base + i*di + j*dj`` for output cell (i, j); the eight cases are
-    those of ``arc_data.augment.dihedral``.
-    """
+@numba.njit(cache=True, inline="always")
+def _walk(rows, cols, t):
+    """How ``dihedral(grid, t)`` reads a ``rows x cols`` grid stored with stride 30: output cell
+    (i, j) is source cell ``base + i*di + j*dj``; returns (base, di, dj, out_rows, out_cols). The
+    eight cases are those of ``arc_data.augment.dihedral``."""
     last_r, last_c = (rows - 1) * MAX_GRID, cols - 1
     if t == 0:
-        base, di, dj, out_rows, out_cols = 0, MAX_GRID, 1, rows, cols
-    elif t == 1:    # rot90: out[i, j] = src[j, C-1-i]
-        base, di, dj, out_rows, out_cols = last_c, -1, MAX_GRID, cols, rows
-    elif t == 2:    # rot180: src[R-1-i, C-1-j]
-        base, di, dj, out_rows, out_cols = last_r + last_c, -MAX_GRID, -1, rows, cols
-    elif t == 3:    # rot270: src[R-1-j, i]
-        base, di, dj, out_rows, out_cols = last_r, 1, -MAX_GRID, cols, rows
-    elif t == 4:    # flip left-right: src[i, C-1-j]
-        base, di, dj, out_rows, out_cols = last_c, MAX_GRID, -1, rows, cols
-    elif t == 5:    # flip up-down: src[R-1-i, j]
-        base, di, dj, out_rows, out_cols = last_r, -MAX_GRID, 1, rows, cols
-    elif t == 6:    # transpose: src[j, i]
-        base, di, dj, out_rows, out_cols = 0, 1, MAX_GRID, cols, rows
-    else:           # anti-transpose (fliplr of rot90): src[R-1-j, C-1-i]
-        base, di, dj, out_rows, out_cols = last_r + last_c, -1, -MAX_GRID, cols, rows
+        return 0, MAX_GRID, 1, rows, cols
+    if t == 1:      # rot90: out[i, j] = src[j, C-1-i]
+        return last_c, -1, MAX_GRID, cols, rows
+    if t == 2:      # rot180: src[R-1-i, C-1-j]
+        return last_r + last_c, -MAX_GRID, -1, rows, cols
+    if t == 3:      # rot270: src[R-1-j, i]
+        return last_r, 1, -MAX_GRID, cols, rows
+    if t == 4:      # flip left-right: src[i, C-1-j]
+        return last_c, MAX_GRID, -1, rows, cols
+    if t == 5:      # flip up-down: src[R-1-i, j]
+        return last_r, -MAX_GRID, 1, rows, cols
+    if t == 6:      # transpose: src[j, i]
+        return 0, 1, MAX_GRID, cols, rows
+    return last_r + last_c, -1, -MAX_GRID, cols, rows    # anti-transpose: src[R-1-j, C-1-i]
+
+
+NOT_COLOUR = 255
+TOKEN_MAP_SIZE = VOCAB_SIZE + 1     # tokens 0..11, then one slot for every token >= 12
+
+
+def inverse_token_maps(colour_maps: np.ndarray) -> np.ndarray:
+    """Per colour map ``m`` (augmentation: colour c became m[c]), the table token -> original colour
+    that the kernels read: ``table[m[c] + 2] = c``, NOT_COLOUR for PAD, EOS and tokens >= 12."""
+    colour_maps = np.asarray(colour_maps, dtype=np.int64).reshape(-1, 10)
+    tables = np.full((len(colour_maps), TOKEN_MAP_SIZE), NOT_COLOUR, dtype=np.uint8)
+    np.put_along_axis(tables, colour_maps + COLOUR_OFFSET, np.arange(10, dtype=np.uint8)[None, :], axis=1)
+    return tables
+
+
+@numba.njit(cache=True, inline="always")
+def _colour(token_map, token):
+    return token_map[min(token, VOCAB_SIZE)]
+
+
+@numba.njit(cache=True, inline="always")
+def _is_colour(token):
+    return token >= COLOUR_OFFSET and token < VOCAB_SIZE
+
+
+@numba.njit(cache=True)
+def quick_shape(canvas):
+    """(h, w): the runs of colour tokens along row 0 and down column 0.
+
+    When the h x w block holds only colour tokens, the contract crop is exactly (h, w): row 0 stops
+    at column w, so the running-minimum width is w on every row above h, and row h starts with a
+    non-colour token, so it is 0 from there on. A well-formed grid (EOS border) always passes; the
+    kernels fall back to :func:`crop_shape` otherwise. Costs h + w reads instead of h * w.
+    """
+    w = 0
+    while w < MAX_GRID and _is_colour(canvas[w]):
+        w += 1
+    h = 0
+    while h < MAX_GRID and _is_colour(canvas[h * MAX_GRID]):
+        h += 1
+    return h, w
+
+
+@numba.njit(cache=True)
+def dihedral_into(canvas, rows, cols, t, token_map, out):
+    """Write ``token_map[dihedral(canvas[:rows, :cols], t)]`` into ``out``.
+
+    Returns (out_rows, out_cols, all_colour): ``token_map`` gives the colour of each token and
+    NOT_COLOUR for the rest, so ``all_colour`` tells whether the block held colour tokens only.
+    """
+    base, di, dj, out_rows, out_cols = _walk(rows, cols, t)
+    seen = 0
     k = 0
     for i in range(out_rows):
         src = base + i * di
         for j in range(out_cols):
-            out[k] = colour_map[canvas[src] - COLOUR_OFFSET]
+            cell = _colour(token_map, canvas[src])
+            out[k] = cell
+            seen |= cell
             src += dj
             k += 1
-    return out_rows, out_cols
+    return out_rows, out_cols, seen < 16      # colours are 0..9; NOT_COLOUR sets the high bits
 
 
 @numba.njit(cache=True)
-def _undo(canvas, t, inverse_map, out):
-    """Crop a token canvas and undo its augmentation into ``out`` (canonical); return the shape."""
+def undo_hash_into(canvas, t, token_map, out):
+    """Crop a prediction, undo its augmentation into ``out``, hash it: (rows, cols, h1, h2)."""
+    rows, cols = quick_shape(canvas)
+    if rows > 0:
+        out_rows, out_cols, all_colour = dihedral_into(canvas, rows, cols, INVERSE_T[t], token_map, out)
+        if not all_colour:      # not a clean block: take the contract crop the long way
+            rows, cols = crop_shape(canvas)
+            out_rows, out_cols, _ = dihedral_into(canvas, rows, cols, INVERSE_T[t], token_map, out)
+        rows, cols = out_rows, out_cols
+    h1, h2 = hash_grid(out, rows, cols)
+    return rows, cols, h1, h2
+
+
+@numba.njit(cache=True)
+def undone_equals(canvas, rows, cols, t, token_map, target, target_rows, target_cols):
+    """Whether undoing the augmentation of the block ``canvas[:rows, :cols]`` gives ``target``; the
+    walk of :func:`dihedral_into` with ``INVERSE_T[t]``, stopping at the first difference (a
+    non-colour token is a difference: NOT_COLOUR is no colour)."""
+    base, di, dj, out_rows, out_cols = _walk(rows, cols, INVERSE_T[t])
+    if out_rows != target_rows or out_cols != target_cols:
+        return False
+    k = 0
+    for i in range(out_rows):
+        src = base + i * di
+        for j in range(out_cols):
+            if _colour(token_map, canvas[src]) != target[k]:
+                return False
+            src += dj
+            k += 1
+    return True
+
+
+@numba.njit(cache=True)
+def match_input(canvas, t, token_map, first_pair, end_pair, pair_inputs, pair_input_shape):
+    """The test pair whose original input equals this input, cropped and un-augmented, or
+    INPUT_MISMATCH. Tries the quick shape first; only when no pair matches and the block was not
+    the crop after all does it crop the long way and try again."""
+    h, w = quick_shape(canvas)
+    for p in range(first_pair, end_pair):
+        if undone_equals(canvas, h, w, t, token_map, pair_inputs[p], pair_input_shape[p, 0], pair_input_shape[p, 1]):
+            return p
     rows, cols = crop_shape(canvas)
-    if rows == 0:
-        return 0, 0
-    return dihedral_into(canvas, rows, cols, INVERSE_T[t], inverse_map, out)
+    if rows > 0 and (rows != h or cols != w):
+        for p in range(first_pair, end_pair):
+            if undone_equals(canvas, rows, cols, t, token_map, pair_inputs[p],
+                             pair_input_shape[p, 0], pair_input_shape[p, 1]):
+                return p
+    return INPUT_MISMATCH
 
 
 @numba.njit(cache=True)
@@ -141,54 +238,60 @@ def same_grid(a, a_rows, a_cols, b, b_rows, b_cols):
 
 
 @numba.njit(cache=True, parallel=True)
-def canonicalise_rows(preds, inputs, row_ident, ident_task, ident_t, ident_inverse_map,
-                      task_pair_start, pair_inputs, pair_input_shape, out_canon,
+def canonicalise_rows(preds, inputs, row_ident, ident_task, ident_t, ident_token_map,
+                      task_pair_start, pair_inputs, pair_input_shape,
                       out_pair, out_shape, out_h1, out_h2):
-    """The per-row work of the vote, in parallel over chunks of rows.
+    """The per-row work of the vote, in parallel over blocks of rows.
 
-    For row i with identifier ``row_ident[i]`` (0 = padding): undo the augmentation of its input and
-    find which of its task's original test inputs it equals (``out_pair[i]`` = that test pair, or
-    INPUT_MISMATCH); undo the augmentation of its prediction into ``out_canon[i]`` (which may be
-    ``preds`` itself) with its shape and 128-bit hash.
+    For row i with identifier ``row_ident[i]`` (0 = padding): find which of its task's original test
+    inputs its input equals once cropped and un-augmented (``out_pair[i]`` = that test pair, or
+    INPUT_MISMATCH); replace ``preds[i]`` by its cropped, un-augmented prediction (canonical), with
+    the shape and the 128-bit hash. ``ident_token_map[id]`` is :func:`inverse_token_maps` of its map.
     """
     n = preds.shape[0]
-    chunk = 2048
-    for c in numba.prange((n + chunk - 1) // chunk):
+    block = 1024
+    for b in numba.prange((n + block - 1) // block):
         scratch = np.empty(SEQ_LEN, dtype=np.uint8)
-        for i in range(c * chunk, min(n, (c + 1) * chunk)):
+        for i in range(b * block, min(n, (b + 1) * block)):
             ident = row_ident[i]
             if ident == 0:
                 out_pair[i] = PADDING
                 out_shape[i, 0] = 0
                 out_shape[i, 1] = 0
                 continue
-            task = ident_task[ident]
-            t = ident_t[ident]
-            inverse_map = ident_inverse_map[ident]
-            in_rows, in_cols = _undo(inputs[i], t, inverse_map, scratch)
-            pair = INPUT_MISMATCH
-            for p in range(task_pair_start[task], task_pair_start[task + 1]):
-                if same_grid(scratch, in_rows, in_cols, pair_inputs[p],
-                         pair_input_shape[p, 0], pair_input_shape[p, 1]):
-                    pair = p
-                    break
-            out_pair[i] = pair
-            rows, cols = _undo(preds[i], t, inverse_map, scratch)
-            target = out_canon[i]
+            task, t, token_map = ident_task[ident], ident_t[ident], ident_token_map[ident]
+            out_pair[i] = match_input(inputs[i], t, token_map, task_pair_start[task],
+                                      task_pair_start[task + 1], pair_inputs, pair_input_shape)
+            rows, cols, h1, h2 = undo_hash_into(preds[i], t, token_map, scratch)
+            row = preds[i]
             for k in range(rows * cols):
-                target[k] = scratch[k]
+                row[k] = scratch[k]
             out_shape[i, 0] = rows
             out_shape[i, 1] = cols
-            h1, h2 = hash_grid(scratch, rows, cols)
             out_h1[i] = h1
             out_h2[i] = h2
 
 
+@numba.njit(cache=True, parallel=True)
+def pack_rows(canon_rows, shape, pool, start):
+    """Copy each canonical row's ``rows*cols`` cells to ``pool[start[i]:]``: the grids of 385,812
+    predictions average ~230 cells, so packed they take a quarter of the 900-byte rows."""
+    for i in numba.prange(canon_rows.shape[0]):
+        n = np.int64(shape[i, 0]) * np.int64(shape[i, 1])
+        pool[start[i]:start[i] + n] = canon_rows[i, :n]
+
+
 @numba.njit(cache=True)
-def matches_truth(representative, pair, canon, shape, truth, truth_shape):
-    """Whether each answer (a representative canonical row) equals its test pair's ground truth."""
+def same_packed(pool, start, shape, a, b):
+    """Whether packed grids ``a`` and ``b`` are equal (shape and cells)."""
+    return same_grid(pool[start[a]:], shape[a, 0], shape[a, 1], pool[start[b]:], shape[b, 0], shape[b, 1])
+
+
+@numba.njit(cache=True)
+def matches_truth(representative, pair, pool, start, shape, truth, truth_shape):
+    """Whether each answer (a representative packed grid) equals its test pair's ground truth."""
     out = np.zeros(len(representative), dtype=np.bool_)
     for g in range(len(representative)):
         r, p = representative[g], pair[g]
-        out[g] = same_grid(canon[r], shape[r, 0], shape[r, 1], truth[p], truth_shape[p, 0], truth_shape[p, 1])
+        out[g] = same_grid(pool[start[r]:], shape[r, 0], shape[r, 1], truth[p], truth_shape[p, 0], truth_shape[p, 1])
     return out

@@ -15,6 +15,7 @@ import numpy as np
 
 from arc_data.encoding import SEQ_LEN
 from evaluate.errors import EvaluationInputError
+from evaluate.npz_reader import open_npz
 
 ARRAYS = {"puzzle_identifiers": np.int32, "inputs": np.uint8, "preds": np.uint8, "q_halt_logits": np.float32}
 INFO_GLOB = "*/*/predictions/step_*/info.json"
@@ -77,53 +78,51 @@ def _folder(folder: Path, source: str) -> PredictionSet:
     return PredictionSet(files, info, source)
 
 
-def read_identifiers(path: Path) -> np.ndarray:
-    """Just the identifiers of a prediction file (small), to plan the vote before the big arrays."""
-    return _read(path, ("puzzle_identifiers",))["puzzle_identifiers"]
+class PredictionFile:
+    """The four contract arrays of one file, checked for presence, shape and dtype, read on demand."""
 
-
-def read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """The four contract arrays of one file, checked for presence, shape and dtype."""
-    arrays = _read(path, tuple(ARRAYS))
-    n = len(arrays["puzzle_identifiers"])
-    for key in ("inputs", "preds", "q_halt_logits"):
-        expected = (n, SEQ_LEN) if key != "q_halt_logits" else (n,)
-        if arrays[key].shape != expected:
-            raise EvaluationInputError(f"{path}: array {key!r} has shape {arrays[key].shape}, expected "
-                                       f"{expected} ({n} rows, as puzzle_identifiers)")
-    return arrays
-
-
-def _read(path: Path, keys) -> dict[str, np.ndarray]:
-    try:
-        npz = np.load(path)
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise EvaluationInputError(f"{path}: not a readable .npz file ({e})") from None
-    with npz:
-        missing = [k for k in keys if k not in npz.files]
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            arrays = open_npz(self.path)
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            raise EvaluationInputError(f"{path}: not a readable .npz file ({e})") from None
+        missing = [k for k in ARRAYS if k not in arrays]
         if missing:
             raise EvaluationInputError(f"{path}: missing array(s) {', '.join(missing)} "
-                                       f"(has {', '.join(npz.files) or 'none'}; contract: {', '.join(ARRAYS)})")
-        out = {}
-        for key in keys:
-            value = npz[key]
-            if key == "puzzle_identifiers" and value.ndim != 1:
-                raise EvaluationInputError(f"{path}: puzzle_identifiers must be 1-D, got shape {value.shape}")
-            if value.dtype != ARRAYS[key]:
-                value = _cast(path, key, value)
-            out[key] = value
-    return out
+                                       f"(has {', '.join(arrays) or 'none'}; contract: {', '.join(ARRAYS)})")
+        self.arrays = arrays
+        ids = arrays["puzzle_identifiers"]
+        if len(ids.shape) != 1:
+            raise EvaluationInputError(f"{path}: puzzle_identifiers must be 1-D, got shape {ids.shape}")
+        self.rows = ids.shape[0]
+        for key in ("inputs", "preds", "q_halt_logits"):
+            expected = (self.rows, SEQ_LEN) if key != "q_halt_logits" else (self.rows,)
+            if arrays[key].shape != expected:
+                raise EvaluationInputError(f"{path}: array {key!r} has shape {arrays[key].shape}, expected "
+                                           f"{expected} ({self.rows} rows, as puzzle_identifiers)")
+        for key, array in arrays.items():
+            if key in ARRAYS and not _castable(array.dtype, np.dtype(ARRAYS[key])):
+                raise EvaluationInputError(f"{path}: array {key!r} has dtype {array.dtype}, "
+                                           f"expected {np.dtype(ARRAYS[key])}")
+
+    def read(self, key: str, start: int = 0, stop: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``start:stop`` of an array in its contract dtype (into ``out`` when given)."""
+        array, target = self.arrays[key], np.dtype(ARRAYS[key])
+        if array.dtype == target:
+            return array.read(start, stop, out)
+        value = array.read(start, stop)
+        # e.g. int64 argmax tokens: accepted when every value fits the contract dtype
+        if target.kind in "iu" and value.size:
+            info = np.iinfo(target)
+            if value.min() < info.min or value.max() > info.max:
+                raise EvaluationInputError(f"{self.path}: array {key!r} ({value.dtype}) holds values "
+                                           f"outside the range of {target}")
+        if out is None:
+            return value.astype(target)
+        out[...] = value
+        return out
 
 
-def _cast(path: Path, key: str, value: np.ndarray) -> np.ndarray:
-    """Accept any integer (or float) array whose values fit the contract dtype, e.g. int64 argmax."""
-    target = np.dtype(ARRAYS[key])
-    if value.dtype.kind in "iu" and target.kind in "iu":
-        info = np.iinfo(target)
-        if value.size and (value.min() < info.min or value.max() > info.max):
-            raise EvaluationInputError(f"{path}: array {key!r} ({value.dtype}) holds values outside "
-                                       f"the range of {target}")
-        return value.astype(target)
-    if value.dtype.kind in "iuf" and target.kind == "f":
-        return value.astype(target)
-    raise EvaluationInputError(f"{path}: array {key!r} has dtype {value.dtype}, expected {target}")
+def _castable(source: np.dtype, target: np.dtype) -> bool:
+    return (source.kind in "iu" and target.kind in "iu") or (source.kind in "iuf" and target.kind == "f")

@@ -5,7 +5,8 @@ from arc_data.augment import augment_grid, augmentation_name, dihedral, parse_au
     parse_augmentation_names
 from arc_data.encoding import crop, encode_grid
 from evaluate.grouping import group_candidates
-from evaluate.kernels import INVERSE_T, crop_shape, dihedral_into, hash_grid
+from evaluate.kernels import (INVERSE_T, crop_shape, dihedral_into, hash_grid, inverse_token_maps, pack_rows,
+                              quick_shape, undo_hash_into, undone_equals)
 
 IDENTITY = np.arange(10, dtype=np.uint8)
 
@@ -29,7 +30,10 @@ def test_dihedral_into_equals_reference_for_every_transform():
     colour_map = np.array([0, 5, 6, 7, 8, 9, 1, 2, 3, 4], dtype=np.uint8)
     for t in range(8):
         out = np.zeros(900, dtype=np.uint8)
-        rows, cols = dihedral_into(encode_grid(grid), 3, 4, t, colour_map, out)
+        token_map = np.full(13, 255, np.uint8)
+        token_map[2:12] = colour_map                          # tokens are colours + 2
+        rows, cols, all_colour = dihedral_into(encode_grid(grid), 3, 4, t, token_map, out)
+        assert all_colour
         expected = colour_map[dihedral(grid, t)]
         assert (rows, cols) == expected.shape
         assert np.array_equal(out[:rows * cols].reshape(rows, cols), expected), t
@@ -50,6 +54,22 @@ def test_hash_separates_shapes_with_the_same_cells_and_single_cells():
     assert len(seen) == 900 and hash_grid(np.zeros(900, np.uint8), 0, 0) != hash_grid(one, 30, 30)
 
 
+def pack(canon, shape):
+    sizes = shape[:, 0].astype(np.int64) * shape[:, 1]
+    start = np.cumsum(sizes) - sizes
+    pool = np.zeros(max(int(sizes.sum()), 1), np.uint8)
+    pack_rows(canon, shape, pool, start)
+    return pool, start
+
+
+def test_pack_rows_lays_grids_end_to_end():
+    canon = np.zeros((3, 900), np.uint8)
+    canon[0, :2], canon[1, :0], canon[2, :3] = [1, 2], [], [7, 8, 9]
+    shape = np.array([[1, 2], [0, 0], [3, 1]], np.uint8)
+    pool, start = pack(canon, shape)
+    assert start.tolist() == [0, 2, 2] and pool.tolist() == [1, 2, 7, 8, 9]
+
+
 def test_grouping_is_exact_even_when_every_hash_collides():
     # six rows of pair 0 holding grids A, B, A, C, B, A; all hashes forced equal
     grids = {"A": np.array([[1, 2]]), "B": np.array([[2, 1]]), "C": np.array([[1], [2]])}
@@ -61,7 +81,8 @@ def test_grouping_is_exact_even_when_every_hash_collides():
         shape[i] = grids[name].shape
     conf = np.array([0.1, 0.9, 0.1, 0.5, 0.9, 0.1])
     zeros = np.zeros(6, dtype=np.uint64)
-    c = group_candidates(np.zeros(6, np.int32), zeros, zeros, canon, shape, conf, num_pairs=1)
+    pool, start = pack(canon, shape)
+    c = group_candidates(np.zeros(6, np.int32), zeros, zeros, pool, start, shape, conf, num_pairs=1)
     # A: 3 votes; B: 2 votes; C: 1 vote
     assert c.votes.tolist() == [3, 2, 1]
     assert [labels[r] for r in c.representative] == ["A", "B", "C"]
@@ -74,9 +95,16 @@ def test_grouping_keeps_pairs_apart_and_counts_pairs_without_rows():
     shape = np.ones((4, 2), dtype=np.uint8)          # four identical 1x1 grids [[0]]
     h = np.full(4, 7, dtype=np.uint64)
     pair = np.array([2, 0, 2, -1], dtype=np.int32)  # the last row does not vote
-    c = group_candidates(pair, h, h, canon, shape, np.full(4, 0.5), num_pairs=3)
+    pool, start = pack(canon, shape)
+    c = group_candidates(pair, h, h, pool, start, shape, np.full(4, 0.5), num_pairs=3)
     assert c.pair.tolist() == [0, 2] and c.votes.tolist() == [1, 2]
     assert c.pair_start.tolist() == [0, 1, 1, 2]
+    # sort keys mix the pair into h1; equal keys from different pairs must still be told apart
+    mix = np.uint64(0x9E3779B97F4A7C15)
+    h1 = np.array([mix, 0, mix], dtype=np.uint64)           # keys: mix^0, 0^mix, mix^0 -> all equal
+    c = group_candidates(np.array([0, 1, 0], np.int32), h1, h1, pool, start[:3], shape[:3],
+                         np.full(3, 0.5), num_pairs=2)
+    assert c.pair.tolist() == [0, 1] and c.votes.tolist() == [2, 1]
 
 
 def test_batched_name_parser_equals_single_parser():
@@ -91,23 +119,99 @@ def test_batched_name_parser_equals_single_parser():
     assert tasks[0] == "007bbfb7" and t[0] == 3 and tasks[10] == "a_b" and t[10] == 7
 
 
-def test_augmented_round_trip_through_kernel_undo():
-    from evaluate.kernels import canonicalise_rows
+def test_fused_undo_hash_and_input_check_equal_the_reference_undo():
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        rows, cols = rng.integers(1, 31, size=2)
+        grid = rng.integers(0, 10, size=(rows, cols)).astype(np.uint8)
+        t = int(rng.integers(0, 8))
+        colour_map = np.concatenate([[0], rng.permutation(np.arange(1, 10))]).astype(np.uint8)
+        canvas = encode_grid(augment_grid(grid, t, colour_map))
+        token_map = inverse_token_maps(colour_map)[0]
+        out = np.zeros(900, np.uint8)
+        r, c, h1, h2 = undo_hash_into(canvas, t, token_map, out)
+        assert (r, c) == grid.shape and np.array_equal(out[:r * c].reshape(r, c), grid)
+        assert (h1, h2) == hash_grid(out, r, c)
+        target = out.copy()
+        in_rows, in_cols = crop_shape(canvas)
+        assert undone_equals(canvas, in_rows, in_cols, t, token_map, target, r, c)
+        target[int(rng.integers(0, r * c))] += 1
+        assert not undone_equals(canvas, in_rows, in_cols, t, token_map, target, r, c)
+        if r != c:
+            assert not undone_equals(canvas, in_rows, in_cols, t, token_map, out, c, r)
+
+
+def test_canonicalise_rows_matches_inputs_and_undoes_predictions():
+    from evaluate.kernels import INPUT_MISMATCH, PADDING, canonicalise_rows
     grid = np.array([[1, 2, 3], [4, 5, 0]], dtype=np.uint8)
+    other = np.array([[7, 7, 7]], dtype=np.uint8)
     answer = np.array([[9, 8], [7, 6], [0, 5], [4, 3]], dtype=np.uint8)
     cmaps = [np.concatenate([[0], np.roll(np.arange(1, 10), k)]).astype(np.uint8) for k in range(8)]
-    n = 8
-    preds = np.stack([encode_grid(augment_grid(answer, t, cmaps[t])) for t in range(n)])
-    inputs = np.stack([encode_grid(augment_grid(grid, t, cmaps[t])) for t in range(n)])
-    inv = np.stack([np.argsort(m).astype(np.uint8) for m in cmaps])
-    pair_inputs = np.zeros((1, 900), np.uint8)
-    pair_inputs[0, :6] = grid.reshape(-1)
+    # rows 0-7: identifier t+1 = transform t; row 8: padding; row 9: identifier 1 with another input
+    preds = np.stack([encode_grid(augment_grid(answer, t, cmaps[t])) for t in range(8)] + [np.zeros(900, np.uint8)] * 2)
+    inputs = np.stack([encode_grid(augment_grid(grid, t, cmaps[t])) for t in range(8)]
+                      + [np.zeros(900, np.uint8), encode_grid(other)])
+    ids = np.array(list(range(1, 9)) + [0, 1], dtype=np.int32)
+    token_maps = inverse_token_maps(np.stack([cmaps[0]] + cmaps))
+    pair_inputs = np.zeros((2, 900), np.uint8)     # task 0 has test pairs 0 ([[5]]) and 1 (grid)
+    pair_inputs[0, 0] = 5
+    pair_inputs[1, :6] = grid.reshape(-1)
+    n = len(ids)
     out_pair, out_shape = np.empty(n, np.int32), np.empty((n, 2), np.uint8)
     h1, h2 = np.empty(n, np.uint64), np.empty(n, np.uint64)
-    canonicalise_rows(preds, inputs, np.arange(1, n + 1, dtype=np.int32), np.zeros(n + 1, np.int32),
-                      np.concatenate([[0], np.arange(n)]).astype(np.uint8), np.concatenate([inv[:1], inv]),
-                      np.array([0, 1]), pair_inputs, np.array([[2, 3]], np.uint8), preds, out_pair,
-                      out_shape, h1, h2)
-    assert out_pair.tolist() == [0] * n
-    assert (out_shape == [4, 2]).all() and len(set(zip(h1.tolist(), h2.tolist()))) == 1
-    assert (preds[:, :8] == answer.reshape(-1)).all()
+    canonicalise_rows(preds, inputs, ids, np.zeros(9, np.int32), np.array([0] + list(range(8)), np.uint8),
+                      token_maps, np.array([0, 2]), pair_inputs, np.array([[1, 1], [2, 3]], np.uint8),
+                      out_pair, out_shape, h1, h2)
+    assert out_pair.tolist() == [1] * 8 + [PADDING, INPUT_MISMATCH]
+    assert (out_shape[:8] == [4, 2]).all() and len(set(zip(h1[:8].tolist(), h2[:8].tolist()))) == 1
+    assert (preds[:8, :8] == answer.reshape(-1)).all()
+
+
+def random_canvas(rng):
+    """A canvas as a model might emit it: a grid with EOS border, then PAD/EOS holes and colour noise."""
+    canvas = np.zeros(900, dtype=np.uint8)
+    rows, cols = rng.integers(0, 31, size=2)
+    canvas[:] = encode_grid(rng.integers(0, 10, size=(rows, cols)).astype(np.uint8)) if rows and cols else 0
+    holes = rng.integers(0, 900, size=rng.integers(0, 4))
+    canvas[holes] = rng.integers(0, 2, size=len(holes))
+    noise = rng.integers(0, 900, size=rng.integers(0, 20))
+    canvas[noise] = rng.integers(0, 256, size=len(noise))       # tokens >= 12 too: argmax garbage
+    return canvas
+
+
+def test_undo_hash_into_equals_crop_then_undo_augmentation_on_garbage():
+    from arc_data.augment import undo_augmentation
+    rng = np.random.default_rng(5)
+    fallbacks = 0
+    for trial in range(3000):
+        canvas = random_canvas(rng)
+        t = int(rng.integers(0, 8))
+        colour_map = np.concatenate([[0], rng.permutation(np.arange(1, 10))]).astype(np.uint8)
+        expected = undo_augmentation(crop(canvas), t, colour_map) if crop(canvas).size else np.zeros((0, 0))
+        out = np.zeros(900, np.uint8)
+        r, c, h1, h2 = undo_hash_into(canvas, t, inverse_token_maps(colour_map)[0], out)
+        assert (r, c) == expected.shape, trial
+        assert np.array_equal(out[:r * c].reshape(r, c), expected), trial
+        assert (h1, h2) == hash_grid(out, r, c)
+        fallbacks += quick_shape(canvas) != crop(canvas).shape
+    assert fallbacks > 300     # the long way was exercised
+
+
+def test_match_input_crops_the_long_way_when_the_quick_block_is_not_the_crop():
+    from evaluate.kernels import INPUT_MISMATCH, match_input
+    grid = np.array([[1, 2], [3, 4], [5, 6]], dtype=np.uint8)
+    pair_inputs = np.zeros((2, 900), np.uint8)
+    pair_inputs[0, :1] = [9]
+    pair_inputs[1, :6] = grid.reshape(-1)
+    shapes = np.array([[1, 1], [3, 2]], np.uint8)
+    identity = inverse_token_maps(np.arange(10))[0]
+    canvas = encode_grid(grid).reshape(30, 30)
+    canvas[0, 2:4] = 5         # row 0 runs on past the EOS column: quick block 3x4, crop still 3x2
+    assert quick_shape(canvas.reshape(-1)) == (3, 4) and crop(canvas).shape == (3, 2)
+    assert match_input(canvas.reshape(-1), 0, identity, 0, 2, pair_inputs, shapes) == 1
+    canvas[1, 1] = 8           # now the crop differs from every test input
+    assert match_input(canvas.reshape(-1), 0, identity, 0, 2, pair_inputs, shapes) == INPUT_MISMATCH
+    # a transposed input under t=6 with its own colour map matches pair 1
+    cmap = np.array([0, 3, 1, 2, 5, 4, 7, 6, 9, 8], np.uint8)
+    augmented = encode_grid(augment_grid(grid, 6, cmap))
+    assert match_input(augmented, 6, inverse_token_maps(cmap)[0], 0, 2, pair_inputs, shapes) == 1
