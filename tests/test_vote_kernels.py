@@ -1,10 +1,10 @@
 """The numba kernels against the contract's reference functions, and the exactness of grouping."""
 import numpy as np
 
-from arc_data.augment import augment_grid, augmentation_name, dihedral, parse_augmentation_name, \
-    parse_augmentation_names
+from arc_data.augment import augment_grid, augmentation_name, dihedral, parse_augmentation_name
 from arc_data.encoding import crop, encode_grid
 from evaluate.grouping import group_candidates
+from evaluate.name_parsing import decode_augmentations, name_table, tasks_match
 from evaluate.kernels import (INVERSE_T, crop_shape, dihedral_into, hash_grid, inverse_token_maps, pack_rows,
                               quick_shape, undo_hash_into, undone_equals)
 
@@ -107,16 +107,24 @@ def test_grouping_keeps_pairs_apart_and_counts_pairs_without_rows():
     assert c.pair.tolist() == [0, 1] and c.votes.tolist() == [2, 1]
 
 
-def test_batched_name_parser_equals_single_parser():
+def test_name_decoding_equals_single_name_parser():
     names = [augmentation_name("007bbfb7", 3, np.array([0, 2, 1, 3, 4, 5, 6, 7, 8, 9], np.uint8)),
              "007bbfb7", "AboveBelow1", "x_t1_0123456789", "y_t2_0123456788", "_t1_0123456789",
-             "z_t8_0123456789", "é_t3_0123456789", "a_t3_012345678٩", "b_t3_1023456789", "a_b_t7_0918273645",
-             "t1_0123456789"]
-    tasks, t, maps = parse_augmentation_names(names)
+             "z_t8_0123456789", "é_t3_0123456789", "a_t3_012345678٩", "b_t3_1023456789",
+             "a_b_t7_0918273645", "t1_0123456789", "", "q_t1_01234567890", "w_T1_0123456789"]
+    encoded = [n.encode() for n in names]
+    ends = np.cumsum([len(b) for b in encoded])
+    starts = ends - [len(b) for b in encoded]
+    buf = np.frombuffer(b"".join(encoded), np.uint8)
+    t, maps, task_ends = decode_augmentations(buf, starts, ends)
     for i, name in enumerate(names):
         task, t1, m1 = parse_augmentation_name(name)
-        assert (tasks[i], int(t[i])) == (task, t1) and np.array_equal(maps[i], m1), name
-    assert tasks[0] == "007bbfb7" and t[0] == 3 and tasks[10] == "a_b" and t[10] == 7
+        assert buf[starts[i]:task_ends[i]].tobytes().decode() == task, name
+        assert int(t[i]) == t1 and np.array_equal(maps[i], m1), name
+    assert int(t[0]) == 3 and buf[starts[10]:task_ends[10]].tobytes() == b"a_b"
+    table, lengths = name_table(["007bbfb7", "a_b", "a"])
+    ok = tasks_match(buf, starts[[0, 1, 10, 3]], task_ends[[0, 1, 10, 3]], np.array([0, 0, 1, 1]), table, lengths)
+    assert ok.tolist() == [True, True, True, False]     # "x" is not task "a_b"
 
 
 def test_fused_undo_hash_and_input_check_equal_the_reference_undo():
@@ -159,12 +167,13 @@ def test_canonicalise_rows_matches_inputs_and_undoes_predictions():
     n = len(ids)
     out_pair, out_shape = np.empty(n, np.int32), np.empty((n, 2), np.uint8)
     h1, h2 = np.empty(n, np.uint64), np.empty(n, np.uint64)
+    canon = np.zeros_like(preds)
     canonicalise_rows(preds, inputs, ids, np.zeros(9, np.int32), np.array([0] + list(range(8)), np.uint8),
                       token_maps, np.array([0, 2]), pair_inputs, np.array([[1, 1], [2, 3]], np.uint8),
-                      out_pair, out_shape, h1, h2)
+                      canon, out_pair, out_shape, h1, h2)
     assert out_pair.tolist() == [1] * 8 + [PADDING, INPUT_MISMATCH]
     assert (out_shape[:8] == [4, 2]).all() and len(set(zip(h1[:8].tolist(), h2[:8].tolist()))) == 1
-    assert (preds[:8, :8] == answer.reshape(-1)).all()
+    assert (canon[:8, :8] == answer.reshape(-1)).all()
 
 
 def random_canvas(rng):
