@@ -16,16 +16,15 @@ from arc_data.encoding import SEQ_LEN
 from evaluate.build_reader import TestSplit
 from evaluate.errors import EvaluationInputError
 from evaluate.grouping import Candidates, group_candidates
-from evaluate.name_parsing import decode_augmentations, name_table, tasks_match
 from evaluate.kernels import (INPUT_MISMATCH, NOT_COLOUR, TOKEN_MAP_SIZE, canonicalise_rows, inverse_token_maps,
                               matches_truth, pack_rows)
+from evaluate.name_parsing import decode_augmentations, name_table, tasks_match
 from evaluate.predictions import PredictionFile
 
 
 @dataclass
 class Votes:
     split: TestSplit
-    files: list[Path]
     candidates: Candidates
     correct: np.ndarray        # bool [G]: answer equals the ground truth
     pool: np.ndarray           # uint8: every prediction's grid, un-augmented, packed end to end
@@ -116,8 +115,9 @@ def vote(paths: list[Path], split: TestSplit) -> Votes:
         for lo in range(0, f.rows, CHUNK):
             hi = min(f.rows, lo + CHUNK)
             rows = slice(offset + lo, offset + hi)
-            canonicalise_rows(f.read("preds", lo, hi, out=preds[:hi - lo]), f.read("inputs", lo, hi, out=inputs[:hi - lo]),
-                              ids[lo:hi], plan.task, plan.t, plan.token_map, split.task_pair_start,
+            canonicalise_rows(f.read("preds", lo, hi, out=preds[:hi - lo]),
+                              f.read("inputs", lo, hi, out=inputs[:hi - lo]), ids[lo:hi],
+                              plan.task, plan.t, plan.token_map, split.task_pair_start,
                               split.pair_inputs, split.pair_input_shape, canon, pair_of_row[rows],
                               shape[rows], h1[rows], h2[rows])
             sizes = shape[rows, 0].astype(np.int64) * shape[rows, 1]
@@ -140,6 +140,6 @@ def vote(paths: list[Path], split: TestSplit) -> Votes:
     candidates = group_candidates(pair_of_row, h1, h2, pool, start, shape, confidence, split.num_pairs)
     correct = matches_truth(candidates.representative, candidates.pair, pool, start, shape,
                             split.truth, split.truth_shape)
-    return Votes(split=split, files=list(paths), candidates=candidates, correct=correct, pool=pool,
+    return Votes(split=split, candidates=candidates, correct=correct, pool=pool,
                  start=start, shape=shape, rows=total,
                  padding_rows=int(sum((ids == 0).sum() for ids in ids_per_file)))

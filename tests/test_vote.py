@@ -111,3 +111,12 @@ def test_rank_files_are_voted_together(build, tmp_path):
     votes, stats, res = score(build, right.save(tmp_path / "rank_0.npz"), wrong.save(tmp_path / "rank_1.npz"))
     assert stats.votes[0] == 5 and stats.correct_votes[0] == 3 and stats.correct_rank[0] == 0
     assert votes.rows == 5
+
+
+def test_compressed_prediction_files_vote_the_same(build, tmp_path):
+    p = Predictions(build, TASKS).add("task_one", 0, truth("task_one"), t=5, colour_map=AUGS[5][1], count=2)
+    p.add("task_one", 0, WRONG, count=1, q=3.0)
+    path = tmp_path / "compressed.npz"
+    np.savez_compressed(path, **p.arrays())
+    votes, stats, _ = score(build, path)
+    assert stats.votes[0] == 3 and stats.correct_votes[0] == 2 and stats.correct_rank[0] == 0
