@@ -119,18 +119,14 @@ class TestSplit:
     def num_pairs(self) -> int:
         return len(self.truth)
 
-    def pair_grid(self, p: int, which: str = "truth") -> np.ndarray:
-        cells, shape = (self.truth, self.truth_shape) if which == "truth" else (self.pair_inputs, self.pair_input_shape)
-        rows, cols = int(shape[p, 0]), int(shape[p, 1])
-        return cells[p, :rows * cols].reshape(rows, cols).copy()
-
 
 def load_test_split(data_dir: Path) -> TestSplit:
     """Ground truth: the first puzzle of every test-split group is the original task."""
     data_dir = Path(data_dir)
     identifiers = load_identifiers(data_dir)
     split = load_split(data_dir, "test")
-    puzzle_ids, puzzle_idx, group_idx = split["puzzle_identifiers"], split["puzzle_indices"], split["group_indices"]
+    puzzle_ids, puzzle_idx = split["puzzle_identifiers"], split["puzzle_indices"]
+    group_idx = split["group_indices"]
     if len(puzzle_ids) and (puzzle_ids.min() < 1 or puzzle_ids.max() >= len(identifiers)):
         raise EvaluationInputError(f"{data_dir}/test/all__puzzle_identifiers.npy holds identifiers outside "
                                    f"1..{len(identifiers) - 1} (the size of identifiers.json)")

@@ -69,7 +69,11 @@ def main(argv=None) -> int:
             if results is not None and name in results["tasks"]:
                 add_votes(view, results["tasks"][name], args.top)
             views.append(view)
-    except (EvaluationInputError, OSError, KeyError) as e:
+    except KeyError as e:
+        print(f"render.py: error: {args.votes} is not the --json output of vote.py (no {e} in it)",
+              file=sys.stderr)
+        return 2
+    except (EvaluationInputError, OSError, ValueError) as e:
         print(f"render.py: error: {e}", file=sys.stderr)
         return 2
     written = []
