@@ -28,6 +28,7 @@ from evaluate.errors import EvaluationInputError  # noqa: E402
 from evaluate.pictures import html_page, task_sheet  # noqa: E402
 from evaluate.png import write_png  # noqa: E402
 from evaluate.task_view import BuildTasks, add_votes, by_margin  # noqa: E402
+from evaluate.vote import count  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -36,9 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--data", type=Path, help="the build (default: the one recorded in --votes)")
     ap.add_argument("--task", nargs="+", default=[], metavar="ID", help="puzzle names to draw")
     ap.add_argument("--votes", type=Path, help="vote.py --json results, to show the voted answers")
-    ap.add_argument("--best", type=int, default=0, metavar="N", help="the N tasks with the largest vote margin")
-    ap.add_argument("--worst", type=int, default=0, metavar="N", help="the N tasks with the smallest vote margin")
-    ap.add_argument("--top", type=int, default=3, help="answers shown per test input (default 3)")
+    ap.add_argument("--best", type=count, default=0, metavar="N", help="the N tasks with the largest vote margin")
+    ap.add_argument("--worst", type=count, default=0, metavar="N", help="the N tasks with the smallest vote margin")
+    ap.add_argument("--top", type=count, default=3, help="answers shown per test input (default 3)")
     ap.add_argument("--format", choices=("html", "png", "both"), default="html")
     ap.add_argument("--out", type=Path, default=Path("renders"), help="output folder (default renders/)")
     return ap.parse_args(argv)

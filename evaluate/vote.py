@@ -39,6 +39,12 @@ def positive_int(text: str) -> int:
     return value
 
 
+def count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,7 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="pass@K values (default: 1 2 10 100 1000)")
     ap.add_argument("--json", type=Path, help="write the full results (pass@K, per task and test input)")
     ap.add_argument("--submission", type=Path, help="write the two best answers in the ARC Prize format")
-    ap.add_argument("--top", type=int, default=10, help="answers listed per test input in --json (default 10)")
+    ap.add_argument("--top", type=count, default=10, help="answers listed per test input in --json (default 10)")
     ap.add_argument("--checkpoints", type=Path, default=Path("checkpoints"),
                     help="where to look for predictions when --predictions is not given")
     return ap.parse_args(argv)
