@@ -10,7 +10,7 @@ JSON (``--json``)::
                                      "top": [{"votes": n, "confidence": c, "correct": bool,
                                               "grid": [[...]]}, ...]}, ...]}, ...},
      "missing": {"tasks": [...], "pairs": [["<task>", i], ...]},   # pairs: of tasks not missing
-     "meta": {"predictions": [...], "data": "...", "step": s, "rows": n, "padding_rows": n,
+     "meta": {"predictions": [...], "source": "...", "data": "...", "step": s, "rows": n, "padding_rows": n,
               "tasks": n, "pairs": n, "tasks_seen": n, "pairs_seen": n, "K": [...]}}
 
 ``rank`` is 1-based (null: no prediction gave the right answer); ``solved_at`` is the smallest K
