@@ -1,4 +1,7 @@
 """The vote protocol on hand-made predictions whose pass@K is known by construction."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from vote_fixtures import AUGS, TASKS, TWO, WRONG, WRONG2, Predictions, make_build, truth
@@ -120,3 +123,29 @@ def test_compressed_prediction_files_vote_the_same(build, tmp_path):
     np.savez_compressed(path, **p.arrays())
     votes, stats, _ = score(build, path)
     assert stats.votes[0] == 3 and stats.correct_votes[0] == 2 and stats.correct_rank[0] == 0
+
+
+ARC_EVALUATION = Path(__file__).resolve().parents[1].parent / "shared/data/ARC-AGI-1/evaluation"
+
+
+@pytest.mark.skipif(not ARC_EVALUATION.is_dir(), reason="official ARC-AGI-1 files not beside the project")
+def test_real_task_shapes_right_answers_under_every_transform(tmp_path):
+    # six real evaluation tasks (two with two test inputs), read in place, never copied
+    names = ["00576224", "009d5c81", "0934a4d8", "12997ef3", "1d398264", "3b4c2228"]
+    tasks = {}
+    for name in names:
+        raw = json.loads((ARC_EVALUATION / f"{name}.json").read_text())
+        tasks[name] = {k: [(np.array(p["input"], np.uint8), np.array(p["output"], np.uint8)) for p in raw[k]]
+                       for k in ("train", "test")}
+    build = make_build(tmp_path / "build", tasks, {name: AUGS for name in names})
+    p = Predictions(build, tasks)
+    for name, task in tasks.items():
+        for i, (_, answer) in enumerate(task["test"]):
+            for t, m in AUGS:          # right in every frame; one shared wrong answer, more confident
+                p.add(name, i, answer, t=t, colour_map=m, q=-1.0)
+            wrong = answer.copy()
+            wrong[0, 0] = (wrong[0, 0] + 1) % 10
+            p.add(name, i, wrong, count=7, q=5.0)
+    votes, stats, res = score(build, p.save(tmp_path / "p.npz"), ks=(1, 2))
+    assert stats.votes.tolist() == [15] * len(stats.votes) and (stats.correct_votes == 8).all()
+    assert res[1]["task"] == 1.0 and res[1]["pair"] == 1.0

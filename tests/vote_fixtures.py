@@ -26,12 +26,14 @@ def cmap(digits: str) -> np.ndarray:
 def _write_split(out: Path, split: str, groups: list[list[tuple[str, list]]], ident: dict[str, int]):
     """``groups``: per group, a list of (puzzle name, [(input, output), ...])."""
     inputs, labels, puzzle_ids, puzzle_idx, group_idx = [], [], [], [0], [0]
-    offset = TRAIN_OFFSET if split == "train" else (0, 0)
     for group in groups:
         for name, pairs in group:
             for a, b in pairs:
-                inputs.append(encode_grid(a, *offset))
-                labels.append(encode_grid(b, *offset))
+                # the train split shares one offset per pair, as far as the larger grid allows
+                r, c = ((min(TRAIN_OFFSET[0], 30 - max(a.shape[0], b.shape[0])),
+                         min(TRAIN_OFFSET[1], 30 - max(a.shape[1], b.shape[1]))) if split == "train" else (0, 0))
+                inputs.append(encode_grid(a, r, c))
+                labels.append(encode_grid(b, r, c))
             puzzle_ids.append(ident[name])
             puzzle_idx.append(len(inputs))
         group_idx.append(len(puzzle_ids))
