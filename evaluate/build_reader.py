@@ -103,7 +103,7 @@ def canonical(grid: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
 
 
 @dataclass
-class TestSplit:
+class EvaluationSplit:
     """The evaluation tasks of a build: their test inputs and ground truth, in build order."""
     data_dir: Path
     identifiers: Identifiers
@@ -120,7 +120,7 @@ class TestSplit:
         return len(self.truth)
 
 
-def load_test_split(data_dir: Path) -> TestSplit:
+def load_test_split(data_dir: Path) -> EvaluationSplit:
     """Ground truth: the first puzzle of every test-split group is the original task."""
     data_dir = Path(data_dir)
     identifiers = load_identifiers(data_dir)
@@ -146,7 +146,7 @@ def load_test_split(data_dir: Path) -> TestSplit:
     # every puzzle of a group is a version of the group's task
     ident_task = np.full(len(identifiers), -1, dtype=np.int32)
     ident_task[puzzle_ids] = np.repeat(np.arange(len(group_idx) - 1), np.diff(group_idx))
-    return TestSplit(data_dir=data_dir, identifiers=identifiers, tasks=tasks,
+    return EvaluationSplit(data_dir=data_dir, identifiers=identifiers, tasks=tasks,
                      task_pair_start=np.asarray(starts, dtype=np.int64),
                      pair_inputs=_rows(inputs), pair_input_shape=_shapes(inputs),
                      truth=_rows(truths), truth_shape=_shapes(truths), ident_task=ident_task)

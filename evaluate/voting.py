@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from arc_data.encoding import SEQ_LEN
-from evaluate.build_reader import TestSplit
+from evaluate.build_reader import EvaluationSplit
 from evaluate.errors import EvaluationInputError
 from evaluate.grouping import Candidates, group_candidates
 from evaluate.kernels import (INPUT_MISMATCH, NOT_COLOUR, TOKEN_MAP_SIZE, canonicalise_rows, inverse_token_maps,
@@ -24,7 +24,7 @@ from evaluate.predictions import PredictionFile
 
 @dataclass
 class Votes:
-    split: TestSplit
+    split: EvaluationSplit
     candidates: Candidates
     correct: np.ndarray        # bool [G]: answer equals the ground truth
     pool: np.ndarray           # uint8: every prediction's grid, un-augmented, packed end to end
@@ -57,7 +57,7 @@ def _first_row(files: list[PredictionFile], ids_per_file: list[np.ndarray], bad:
     raise AssertionError("bad identifiers must come from some file")
 
 
-def plan_identifiers(files: list[PredictionFile], ids_per_file: list[np.ndarray], split: TestSplit) -> IdentifierPlan:
+def plan_identifiers(files: list[PredictionFile], ids_per_file: list[np.ndarray], split: EvaluationSplit) -> IdentifierPlan:
     """Check every identifier against the build and decode the augmentation of each one used."""
     names = split.identifiers
     where = f"the build {split.data_dir}"
@@ -96,7 +96,7 @@ def plan_identifiers(files: list[PredictionFile], ids_per_file: list[np.ndarray]
 CHUNK = 16384     # rows read at a time: 3 x 15 MB of buffers instead of two 350 MB arrays
 
 
-def vote(paths: list[Path], split: TestSplit) -> Votes:
+def vote(paths: list[Path], split: EvaluationSplit) -> Votes:
     files = [PredictionFile(p) for p in paths]
     ids_per_file = [f.read("puzzle_identifiers") for f in files]
     plan = plan_identifiers(files, ids_per_file, split)
