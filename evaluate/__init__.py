@@ -1,0 +1,1 @@
+"""Evaluation: predictions -> count-first voting -> pass@K, ARC Prize submission, pictures."""

@@ -1,0 +1,160 @@
+"""Read what the evaluator needs from a build directory (layout: DESIGN.md, Data).
+
+Inputs and labels are read row by row: the vote only needs the rows of the original (non-augmented)
+puzzles, about 419 of the 385,812 test examples.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arc_data.augment import parse_augmentation_name
+from arc_data.encoding import COLOUR_OFFSET, MAX_GRID, SEQ_LEN, VOCAB_SIZE, crop
+from evaluate.errors import EvaluationInputError
+from evaluate.identifiers import Identifiers
+
+SPLIT_ARRAYS = ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices")
+
+
+def load_identifiers(data_dir: Path) -> Identifiers:
+    return Identifiers(Path(data_dir) / "identifiers.json")
+
+
+def load_split(data_dir: Path, split: str) -> dict[str, np.ndarray]:
+    """The five ``all__*.npy`` arrays of a split; inputs and labels as :class:`NpyRows`."""
+    arrays = {}
+    for key in SPLIT_ARRAYS:
+        path = Path(data_dir) / split / f"all__{key}.npy"
+        if not path.is_file():
+            raise EvaluationInputError(f"{path} not found: the build in {data_dir} is incomplete")
+        arrays[key] = NpyRows(path) if key in ("inputs", "labels") else np.load(path)
+    for key in ("inputs", "labels"):
+        if arrays[key].ndim != 2 or arrays[key].shape[1] != SEQ_LEN:
+            raise EvaluationInputError(f"{data_dir}/{split}/all__{key}.npy has shape "
+                                       f"{arrays[key].shape}, expected [examples, {SEQ_LEN}]")
+    return arrays
+
+
+class NpyRows:
+    """Single rows of a large .npy, read with seek+read.
+
+    A memory map would do, but every row touched maps a whole block of the page cache into the
+    process (its RSS): the ~800 scattered rows the vote needs showed up as 700 MB.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            self.shape, fortran, self.dtype = read_header(f)
+            self.offset = f.tell()
+        if fortran or self.dtype != np.uint8:
+            raise EvaluationInputError(f"{path}: expected a C-ordered uint8 array, got {self.dtype}")
+        self.ndim = len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, row: int) -> np.ndarray:
+        width = int(np.prod(self.shape[1:]))
+        if not 0 <= row < self.shape[0]:
+            raise IndexError(f"row {row} of {self.path} (shape {self.shape})")
+        with open(self.path, "rb") as f:
+            f.seek(self.offset + row * width)
+            return np.frombuffer(f.read(width), dtype=np.uint8)
+
+
+def decode_grid(tokens: np.ndarray) -> np.ndarray:
+    """A grid from its token canvas wherever it was placed (the train split translates grids).
+
+    The grid's top-left corner is the first row and column holding a colour token; from there the
+    contract crop applies. Test-split grids sit at (0, 0), where this equals ``crop``.
+    """
+    canvas = np.asarray(tokens).reshape(MAX_GRID, MAX_GRID)
+    colour = (canvas >= COLOUR_OFFSET) & (canvas < VOCAB_SIZE)
+    if not colour.any():
+        return np.zeros((0, 0), dtype=np.uint8)
+    r = int(np.argmax(colour.any(axis=1)))
+    c = int(np.argmax(colour.any(axis=0)))
+    shifted = np.zeros_like(canvas)
+    shifted[:MAX_GRID - r, :MAX_GRID - c] = canvas[r:, c:]
+    return crop(shifted)
+
+
+def puzzle_examples(split: dict[str, np.ndarray], identifier: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """All (input, output) grids of the puzzle with this identifier in a split (empty if absent)."""
+    found = np.flatnonzero(split["puzzle_identifiers"] == identifier)
+    pairs = []
+    for p in found.tolist():
+        lo, hi = int(split["puzzle_indices"][p]), int(split["puzzle_indices"][p + 1])
+        pairs += [(decode_grid(split["inputs"][e]), decode_grid(split["labels"][e])) for e in range(lo, hi)]
+    return pairs
+
+
+def canonical(grid: np.ndarray) -> tuple[np.ndarray, tuple[int, int]]:
+    """A grid as the kernels' canonical row: cells row-major at the front of 900 bytes."""
+    row = np.zeros(SEQ_LEN, dtype=np.uint8)
+    row[:grid.size] = grid.reshape(-1)
+    return row, grid.shape
+
+
+@dataclass
+class EvaluationSplit:
+    """The evaluation tasks of a build: their test inputs and ground truth, in build order."""
+    data_dir: Path
+    identifiers: Identifiers
+    tasks: list[str]                 # task names (the original puzzles of the test split)
+    task_pair_start: np.ndarray      # int64 [T+1]: test pairs of task k are [start[k], start[k+1])
+    pair_inputs: np.ndarray          # uint8 [P, 900] canonical original test inputs
+    pair_input_shape: np.ndarray     # uint8 [P, 2]
+    truth: np.ndarray                # uint8 [P, 900] canonical ground-truth outputs
+    truth_shape: np.ndarray          # uint8 [P, 2]
+    ident_task: np.ndarray           # int32 [identifiers]: task index of each test-split puzzle, else -1
+
+    @property
+    def num_pairs(self) -> int:
+        return len(self.truth)
+
+
+def load_test_split(data_dir: Path) -> EvaluationSplit:
+    """Ground truth: the first puzzle of every test-split group is the original task."""
+    data_dir = Path(data_dir)
+    identifiers = load_identifiers(data_dir)
+    split = load_split(data_dir, "test")
+    puzzle_ids, puzzle_idx = split["puzzle_identifiers"], split["puzzle_indices"]
+    group_idx = split["group_indices"]
+    if len(puzzle_ids) and (puzzle_ids.min() < 1 or puzzle_ids.max() >= len(identifiers)):
+        raise EvaluationInputError(f"{data_dir}/test/all__puzzle_identifiers.npy holds identifiers outside "
+                                   f"1..{len(identifiers) - 1} (the size of identifiers.json)")
+    tasks, starts = [], [0]
+    inputs, truths = [], []      # canonical (row, shape) per test pair
+    for g in range(len(group_idx) - 1):
+        p = int(group_idx[g])
+        name = identifiers[int(puzzle_ids[p])]
+        if parse_augmentation_name(name)[0] != name:
+            raise EvaluationInputError(f"test group {g} of {data_dir} starts with {name!r}, an augmented "
+                                       f"puzzle; the original must come first")
+        for e in range(int(puzzle_idx[p]), int(puzzle_idx[p + 1])):
+            inputs.append(canonical(crop(split["inputs"][e])))
+            truths.append(canonical(crop(split["labels"][e])))
+        tasks.append(name)
+        starts.append(len(inputs))
+    # every puzzle of a group is a version of the group's task
+    ident_task = np.full(len(identifiers), -1, dtype=np.int32)
+    ident_task[puzzle_ids] = np.repeat(np.arange(len(group_idx) - 1), np.diff(group_idx))
+    return EvaluationSplit(data_dir=data_dir, identifiers=identifiers, tasks=tasks,
+                     task_pair_start=np.asarray(starts, dtype=np.int64),
+                     pair_inputs=_rows(inputs), pair_input_shape=_shapes(inputs),
+                     truth=_rows(truths), truth_shape=_shapes(truths), ident_task=ident_task)
+
+
+def _rows(items: list) -> np.ndarray:
+    return np.stack([row for row, _ in items]) if items else np.zeros((0, SEQ_LEN), dtype=np.uint8)
+
+
+def _shapes(items: list) -> np.ndarray:
+    return np.array([shape for _, shape in items], dtype=np.uint8).reshape(-1, 2)

@@ -1,0 +1,128 @@
+"""Find and read prediction files (contract: DESIGN.md, Predictions).
+
+The trainer writes ``checkpoints/<project>/<run>/predictions/step_<step>/rank_<r>.npz`` and an
+``info.json`` beside them: ``{"data_path", "step", "world_size", "checkpoint"}``.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arc_data.encoding import SEQ_LEN
+from evaluate.errors import EvaluationInputError
+from evaluate.npz_reader import open_npz
+
+ARRAYS = {"puzzle_identifiers": np.int32, "inputs": np.uint8, "preds": np.uint8, "q_halt_logits": np.float32}
+INFO_GLOB = "*/*/predictions/step_*/info.json"
+
+
+@dataclass
+class PredictionSet:
+    files: list[Path]
+    info: dict | None         # info.json of their folder, when there is one
+    source: str               # what was asked for, for the report
+
+
+def newest_predictions(checkpoints: Path) -> Path:
+    """The predictions folder under ``checkpoints`` whose info.json was written last."""
+    infos = sorted(Path(checkpoints).glob(INFO_GLOB), key=lambda p: p.stat().st_mtime)
+    if not infos:
+        raise EvaluationInputError(f"no predictions found under {checkpoints}/ (looked for "
+                                   f"{checkpoints}/{INFO_GLOB}); pass --predictions")
+    return infos[-1].parent
+
+
+def read_info(folder: Path) -> dict | None:
+    path = Path(folder) / "info.json"
+    if not path.is_file():
+        return None
+    with open(path) as f:
+        info = json.load(f)
+    if not isinstance(info, dict):
+        raise EvaluationInputError(f"{path} must hold a JSON object")
+    return info
+
+
+def resolve_predictions(spec: str | None, checkpoints: Path = Path("checkpoints")) -> PredictionSet:
+    """``spec`` is a file, a folder of rank files, a glob, or None for the newest under checkpoints/."""
+    if spec is None:
+        folder = newest_predictions(checkpoints)
+        return _folder(folder, str(folder))
+    path = Path(spec)
+    if path.is_dir():
+        return _folder(path, spec)
+    if path.is_file():
+        return PredictionSet([path], read_info(path.parent), spec)
+    files = sorted(Path(p) for p in glob.glob(spec) if Path(p).is_file())
+    if not files:
+        raise EvaluationInputError(f"--predictions {spec}: no such file, folder, or matching files")
+    parents = {f.parent for f in files}
+    return PredictionSet(files, read_info(parents.pop()) if len(parents) == 1 else None, spec)
+
+
+def _folder(folder: Path, source: str) -> PredictionSet:
+    files = sorted(folder.glob("*.npz"))
+    if not files:
+        raise EvaluationInputError(f"no .npz prediction files in {folder}")
+    info = read_info(folder)
+    world_size = info.get("world_size") if info else None
+    # a folder is one evaluation: a missing rank would silently drop tasks from the score
+    if isinstance(world_size, int) and world_size != len(files):
+        raise EvaluationInputError(f"{folder}/info.json says world_size {world_size} but the folder holds "
+                                   f"{len(files)} .npz files")
+    return PredictionSet(files, info, source)
+
+
+class PredictionFile:
+    """The four contract arrays of one file, checked for presence, shape and dtype, read on demand."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            arrays = open_npz(self.path)
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            raise EvaluationInputError(f"{path}: not a readable .npz file ({e})") from None
+        missing = [k for k in ARRAYS if k not in arrays]
+        if missing:
+            raise EvaluationInputError(f"{path}: missing array(s) {', '.join(missing)} "
+                                       f"(has {', '.join(arrays) or 'none'}; contract: {', '.join(ARRAYS)})")
+        self.arrays = arrays
+        ids = arrays["puzzle_identifiers"]
+        if len(ids.shape) != 1:
+            raise EvaluationInputError(f"{path}: puzzle_identifiers must be 1-D, got shape {ids.shape}")
+        self.rows = ids.shape[0]
+        for key in ("inputs", "preds", "q_halt_logits"):
+            expected = (self.rows, SEQ_LEN) if key != "q_halt_logits" else (self.rows,)
+            if arrays[key].shape != expected:
+                raise EvaluationInputError(f"{path}: array {key!r} has shape {arrays[key].shape}, expected "
+                                           f"{expected} ({self.rows} rows, as puzzle_identifiers)")
+        for key, array in arrays.items():
+            if key in ARRAYS and not _castable(array.dtype, np.dtype(ARRAYS[key])):
+                raise EvaluationInputError(f"{path}: array {key!r} has dtype {array.dtype}, "
+                                           f"expected {np.dtype(ARRAYS[key])}")
+
+    def read(self, key: str, start: int = 0, stop: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """Rows ``start:stop`` of an array in its contract dtype (into ``out`` when given)."""
+        array, target = self.arrays[key], np.dtype(ARRAYS[key])
+        if array.dtype == target:
+            return array.read(start, stop, out)
+        value = array.read(start, stop)
+        # e.g. int64 argmax tokens: accepted when every value fits the contract dtype
+        if target.kind in "iu" and value.size:
+            info = np.iinfo(target)
+            if value.min() < info.min or value.max() > info.max:
+                raise EvaluationInputError(f"{self.path}: array {key!r} ({value.dtype}) holds values "
+                                           f"outside the range of {target}")
+        if out is None:
+            return value.astype(target)
+        out[...] = value
+        return out
+
+
+def _castable(source: np.dtype, target: np.dtype) -> bool:
+    return (source.kind in "iu" and target.kind in "iu") or (source.kind in "iuf" and target.kind == "f")

@@ -1,0 +1,95 @@
+"""Pictures of ARC tasks, from a build and optionally from vote results.
+
+    python evaluate/render.py --data DIR --task ID [ID ...]             any puzzle of a build
+    python evaluate/render.py --votes results.json --worst 10 [--best 10] [--task ID ...]
+                              [--data DIR] [--top 3] [--format html|png|both] [--out renders]
+
+With --votes (the --json of vote.py), test inputs show the best-ranked answers and their votes;
+--best/--worst pick the tasks with the largest/smallest vote margin ((votes for the right answer -
+votes for the best wrong one) / votes, of the task's worst test input). HTML: one self-contained
+page with every chosen task; PNG: one picture per task. The build defaults to the one the votes
+were counted on.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # run as a script: make the repository importable, and stop evaluate/ itself from shadowing
+    # top-level module names (the script's folder is put first on sys.path)
+    _repo = str(Path(__file__).resolve().parents[1])
+    sys.path[:] = [_repo] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+
+from evaluate.errors import EvaluationInputError  # noqa: E402
+from evaluate.pictures import html_page, task_sheet  # noqa: E402
+from evaluate.png import write_png  # noqa: E402
+from evaluate.task_view import BuildTasks, add_votes, by_margin  # noqa: E402
+from evaluate.vote import count  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, help="the build (default: the one recorded in --votes)")
+    ap.add_argument("--task", nargs="+", default=[], metavar="ID", help="puzzle names to draw")
+    ap.add_argument("--votes", type=Path, help="vote.py --json results, to show the voted answers")
+    ap.add_argument("--best", type=count, default=0, metavar="N", help="the N tasks with the largest vote margin")
+    ap.add_argument("--worst", type=count, default=0, metavar="N", help="the N tasks with the smallest vote margin")
+    ap.add_argument("--top", type=count, default=3, help="answers shown per test input (default 3)")
+    ap.add_argument("--format", choices=("html", "png", "both"), default="html")
+    ap.add_argument("--out", type=Path, default=Path("renders"), help="output folder (default renders/)")
+    return ap.parse_args(argv)
+
+
+def choose_tasks(args, results: dict | None) -> list[str]:
+    names = list(args.task)
+    if (args.best or args.worst) and results is None:
+        raise EvaluationInputError("--best/--worst need --votes (the --json output of vote.py)")
+    if results is not None:
+        names += by_margin(results, args.best, best=True) + by_margin(results, args.worst, best=False)
+    if not names:
+        raise EvaluationInputError("nothing to draw: give --task, or --votes with --best/--worst")
+    return list(dict.fromkeys(names))          # in order, each once
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        results = json.loads(args.votes.read_text()) if args.votes else None
+        data = args.data or (Path(results["meta"]["data"]) if results else None)
+        if data is None:
+            raise EvaluationInputError("--data is required without --votes")
+        build = BuildTasks(data)
+        views = []
+        for name in choose_tasks(args, results):
+            view = build.task(name)
+            if results is not None and name in results["tasks"]:
+                add_votes(view, results["tasks"][name], args.top)
+            views.append(view)
+    except KeyError as e:
+        print(f"render.py: error: {args.votes} is not the --json output of vote.py (no {e} in it)",
+              file=sys.stderr)
+        return 2
+    except (EvaluationInputError, OSError, ValueError) as e:
+        print(f"render.py: error: {e}", file=sys.stderr)
+        return 2
+    written = []
+    if args.format in ("html", "both"):
+        stem = views[0].name if len(views) == 1 else "tasks"
+        path = args.out / f"{stem}.html"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(html_page(views, f"{len(views)} task(s) of {data}"))
+        written.append(path)
+    if args.format in ("png", "both"):
+        written += [write_png(args.out / f"{view.name}.png", task_sheet(view)[0]) for view in views]
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Vote over predictions and report pass@K (DESIGN.md, Voting).
+
+    python evaluate/vote.py [--predictions PATH] [--data DIR] [--K 1 2 10 100 1000]
+                            [--json FILE] [--submission FILE] [--top N] [--checkpoints DIR]
+
+Without --predictions: the newest checkpoints/<project>/<run>/predictions/step_*/ (by the mtime of
+its info.json); without --data: the build recorded in that info.json.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # run as a script: make the repository importable, and stop evaluate/ itself from shadowing
+    # top-level module names (the script's folder is put first on sys.path)
+    _repo = str(Path(__file__).resolve().parents[1])
+    sys.path[:] = [_repo] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+
+from evaluate.build_reader import load_test_split  # noqa: E402
+from evaluate.errors import EvaluationInputError  # noqa: E402
+from evaluate.predictions import resolve_predictions  # noqa: E402
+from evaluate.report import build_report, format_table  # noqa: E402
+from evaluate.scoring import DEFAULT_K, pair_stats, pass_at_k  # noqa: E402
+from evaluate.submission import build_submission  # noqa: E402
+from evaluate.voting import vote  # noqa: E402
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1 or str(value) != text.strip().lstrip("+"):
+        raise argparse.ArgumentTypeError(f"K must be a positive whole number, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--predictions", help="a .npz file, a folder of rank files, or a glob "
+                                          "(default: the newest predictions under --checkpoints)")
+    ap.add_argument("--data", help="the build directory (default: data_path in the predictions' info.json)")
+    ap.add_argument("--K", nargs="+", type=positive_int, default=list(DEFAULT_K), metavar="K",
+                    help="pass@K values (default: 1 2 10 100 1000)")
+    ap.add_argument("--json", type=Path, help="write the full results (pass@K, per task and test input)")
+    ap.add_argument("--submission", type=Path, help="write the two best answers in the ARC Prize format")
+    ap.add_argument("--top", type=count, default=10, help="answers listed per test input in --json (default 10)")
+    ap.add_argument("--checkpoints", type=Path, default=Path("checkpoints"),
+                    help="where to look for predictions when --predictions is not given")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    ks = sorted(set(args.K))
+    try:
+        predictions = resolve_predictions(args.predictions, args.checkpoints)
+        data = args.data or (predictions.info or {}).get("data_path")
+        if not data:
+            raise EvaluationInputError(f"no --data given and no info.json with data_path beside "
+                                       f"{predictions.source}")
+        split = load_test_split(Path(data))
+        votes = vote(predictions.files, split)
+    except EvaluationInputError as e:
+        print(f"vote.py: error: {e}", file=sys.stderr)
+        return 2
+    stats = pair_stats(votes)
+    meta = {"predictions": [str(f) for f in predictions.files], "source": predictions.source,
+            "data": str(data), "step": (predictions.info or {}).get("step")}
+    report = build_report(votes, stats, pass_at_k(stats, split.task_pair_start, ks), args.top, meta)
+    print(format_table(report))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report))
+        print(f"results: {args.json}")
+    if args.submission:
+        args.submission.parent.mkdir(parents=True, exist_ok=True)
+        args.submission.write_text(json.dumps(build_submission(votes)))
+        print(f"submission: {args.submission}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""render.py: the files are written, and the grids drawn equal the data (pixels decoded back)."""
+import base64
+import json
+import re
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from vote_fixtures import AUGS, TASKS, WRONG, WRONG2, Predictions, make_build, truth
+
+from evaluate.pictures import PALETTE, grid_image, task_sheet
+from evaluate.png import decode_png, encode_png, read_png
+from evaluate.render import main as render
+from evaluate.task_view import BuildTasks
+from evaluate.vote import main as vote
+
+TRAINING = {"train": [(np.array([[3, 0]], np.uint8), np.array([[0, 3]], np.uint8))],
+            "test": [(np.array([[4], [0]], np.uint8), np.array([[0], [4]], np.uint8))]}
+
+
+def test_png_bytes_follow_the_format():
+    rgb = np.array([[[255, 0, 0], [0, 116, 217]]], dtype=np.uint8)       # 1 x 2 pixels
+    data = encode_png(rgb)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[8:16] == struct.pack(">I", 13) + b"IHDR"
+    assert struct.unpack(">IIBBBBB", data[16:29]) == (2, 1, 8, 2, 0, 0, 0)
+    idat = data.index(b"IDAT")
+    (length,) = struct.unpack(">I", data[idat - 4:idat])
+    assert zlib.decompress(data[idat + 4:idat + 4 + length]) == bytes([0, 255, 0, 0, 0, 116, 217])
+    assert data.endswith(b"IEND\xaeB`\x82")
+    noise = np.random.default_rng(0).integers(0, 256, (17, 23, 3), dtype=np.uint8)
+    assert np.array_equal(decode_png(encode_png(noise)), noise)
+
+
+def test_grid_image_cells_and_lines_by_hand():
+    image = grid_image(np.array([[1, 9]], np.uint8), cell=2)     # 1 + 2 + 1 rows, 1 + 2 + 1 + 2 + 1 cols
+    assert image.shape == (4, 7, 3)
+    assert (image[1:3, 1:3] == [0x00, 0x74, 0xD9]).all() and (image[1:3, 4:6] == [0x87, 0x0C, 0x25]).all()
+    assert (image[0] == 85).all() and (image[:, 3] == 85).all() and (image[:, 6] == 85).all()
+
+
+def cells_of(image: np.ndarray, y: int, x: int, cell: int, shape) -> np.ndarray:
+    """Read a grid back from its picture: the palette index of each cell's centre pixel."""
+    rows, cols = shape
+    centres = image[y + 1 + np.arange(rows)[:, None] * (cell + 1) + cell // 2,
+                    x + 1 + np.arange(cols)[None, :] * (cell + 1) + cell // 2]       # [rows, cols, 3]
+    match = (centres[:, :, None, :] == PALETTE[None, None]).all(axis=3)           # [rows, cols, 10]
+    assert match.any(axis=2).all(), "a cell centre is not a palette colour"
+    return match.argmax(axis=2)
+
+
+@pytest.fixture
+def voted(tmp_path):
+    build = make_build(tmp_path / "build", TASKS, {name: AUGS[:2] for name in TASKS},
+                       training_tasks={"train_only": TRAINING})
+    p = Predictions(build, TASKS)
+    p.add("task_one", 0, truth("task_one"), count=3).add("task_one", 0, WRONG, t=1, colour_map=AUGS[1][1])
+    p.add("task_two", 0, WRONG, count=3).add("task_two", 0, truth("task_two", 0), count=2)
+    p.add("task_two", 0, WRONG2, count=1).add("task_two", 1, truth("task_two", 1), count=2)
+    p.add("task_three", 0, WRONG2, count=4)
+    p.save(tmp_path / "p.npz")
+    assert vote(["--predictions", str(tmp_path / "p.npz"), "--data", str(build),
+                 "--json", str(tmp_path / "results.json")]) == 0
+    return build, tmp_path / "results.json"
+
+
+# margins by construction: task_one (3-1)/4 = +0.5; task_two min((2-3)/6, 1) = -1/6;
+# task_three (0-4)/4 = -1; task_four has no predictions (no margin)
+EXPECTED_ANSWERS = {"task_one": [[truth("task_one"), WRONG]],
+                    "task_two": [[WRONG, truth("task_two", 0), WRONG2], [truth("task_two", 1)]],
+                    "task_three": [[WRONG2]]}
+
+
+def expected_panels(name: str, top: int = 3) -> dict:
+    task = TASKS[name]
+    panels = {}
+    for i, (a, b) in enumerate(task["train"]):
+        panels[("demo-input", i, 0)], panels[("demo-output", i, 0)] = a, b
+    for i, (a, b) in enumerate(task["test"]):
+        panels[("test-input", i, 0)], panels[("truth", i, 0)] = a, b
+        for k, g in enumerate(EXPECTED_ANSWERS.get(name, [[]] * len(task["test"]))[i][:top]):
+            panels[("answer", i, k + 1)] = g
+    return panels
+
+
+def test_png_pictures_draw_exactly_the_build_and_the_votes(voted, tmp_path):
+    build, results = voted
+    out = tmp_path / "pictures"
+    assert render(["--votes", str(results), "--best", "1", "--worst", "1", "--format", "png",
+                   "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["task_one.png", "task_three.png"]   # best, worst
+    for name in ("task_one", "task_three"):
+        image = read_png(out / f"{name}.png")
+        view = BuildTasks(build).task(name)
+        from evaluate.task_view import add_votes
+        add_votes(view, json.loads(results.read_text())["tasks"][name], top=3)
+        _, placed = task_sheet(view)
+        expected = expected_panels(name)
+        assert {(p.role, p.index, p.rank) for p in placed} == set(expected)
+        for p in placed:
+            grid = expected[p.role, p.index, p.rank]
+            assert np.array_equal(cells_of(image, p.y, p.x, p.cell, grid.shape), grid), (name, p.role)
+
+
+def figures(page: str) -> dict:
+    found = {}
+    pattern = (r"<figure[^>]*data-task='([^']*)' data-role='([^']*)' data-pair='(\d+)' data-rank='(\d+)' "
+               r"data-cell='(\d+)'><img alt='(\d+)x(\d+) grid' src='data:image/png;base64,([^']*)'>")
+    for task, role, pair, rank, cell, rows, cols, data in re.findall(pattern, page):
+        image = decode_png(base64.b64decode(data))
+        found[task, role, int(pair), int(rank)] = cells_of(image, 0, 0, int(cell), (int(rows), int(cols)))
+    return found
+
+
+def test_html_page_is_self_contained_and_draws_the_data(voted, tmp_path):
+    build, results = voted
+    out = tmp_path / "pages"
+    assert render(["--votes", str(results), "--task", "task_two", "task_four", "--top", "2", "--out", str(out)]) == 0
+    page = (out / "tasks.html").read_text()
+    assert "http" not in page and "<script" not in page and "<link" not in page
+    drawn = figures(page)
+    expected = {("task_two", *key): grid for key, grid in expected_panels("task_two", top=2).items()}
+    expected.update({("task_four", *key): grid for key, grid in expected_panels("task_four").items()})
+    assert set(drawn) == set(expected)
+    for key, grid in expected.items():
+        assert np.array_equal(drawn[key], grid), key
+    assert "solved at K=2, margin -0.17" in page and "not solved, no predictions" in page
+
+
+def test_any_task_of_a_build_without_votes(voted, tmp_path):
+    build, _ = voted
+    out = tmp_path / "plain"
+    assert render(["--data", str(build), "--task", "train_only", "task_one_t1_0234567891", "--format", "both",
+                   "--out", str(out)]) == 0
+    page = (out / "tasks.html").read_text()
+    drawn = figures(page)
+    # a training task: all its pairs are demonstrations (the build put them all in the train split)
+    assert np.array_equal(drawn["train_only", "demo-output", 1, 0], TRAINING["test"][0][1])
+    assert not any(k[0] == "train_only" and k[1] == "test-input" for k in drawn)
+    # an augmented puzzle is drawn as the build holds it: rotated and recoloured
+    from arc_data.augment import augment_grid
+    assert np.array_equal(drawn["task_one_t1_0234567891", "truth", 0, 0],
+                          augment_grid(truth("task_one"), 1, AUGS[1][1]))
+    assert (out / "train_only.png").is_file() and (out / "task_one_t1_0234567891.png").is_file()
+
+
+def test_render_errors_are_one_line(voted, tmp_path, capsys):
+    build, results = voted
+    assert render(["--data", str(build), "--task", "no_such_task", "--out", str(tmp_path)]) == 2
+    assert "no puzzle named 'no_such_task'" in capsys.readouterr().err
+    assert render(["--data", str(build), "--worst", "3", "--out", str(tmp_path)]) == 2
+    assert "--best/--worst need --votes" in capsys.readouterr().err

@@ -1,0 +1,89 @@
+"""vote.py end to end: finding the newest predictions, the table, the JSON and the submission."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from vote_fixtures import AUGS, TASKS, WRONG, Predictions, make_build, truth
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_evaluation(build, folder: Path, preds: Predictions, step: int, mtime: float):
+    preds.save(folder / "rank_0.npz")
+    info = folder / "info.json"
+    info.write_text(json.dumps({"data_path": str(build), "step": step, "world_size": 1, "checkpoint": None}))
+    os.utime(info, (mtime, mtime))
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    build = make_build(tmp_path / "data" / "arc-tiny", TASKS, {name: AUGS[:3] for name in TASKS})
+    runs = tmp_path / "checkpoints" / "proj" / "run" / "predictions"
+    # step_5 predicts everything wrong; step_2 is newer on disk (by info.json mtime) and is mostly right
+    wrong = Predictions(build, TASKS).add("task_one", 0, WRONG, count=2)
+    write_evaluation(build, runs / "step_5", wrong, 5, 1_000_000)
+    good = Predictions(build, TASKS)
+    good.add("task_one", 0, truth("task_one"), t=1, colour_map=AUGS[1][1], count=3, q=2.0)
+    good.add("task_one", 0, WRONG, t=2, colour_map=AUGS[2][1], count=1, q=4.0)
+    good.add("task_two", 0, truth("task_two", 0), count=1, q=-1.0).add("task_two", 0, WRONG, count=1, q=1.0)
+    good.add("task_two", 1, truth("task_two", 1), t=2, colour_map=AUGS[2][1], count=2)
+    good.add("task_three", 0, WRONG, count=2)
+    write_evaluation(build, runs / "step_2", good, 2, 2_000_000)
+    return tmp_path
+
+
+def run_vote(cwd, *args):
+    # no PYTHONPATH: the script must find the package from its own location
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, str(REPO / "evaluate" / "vote.py"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_vote_script_defaults_to_newest_predictions_and_writes_outputs(workdir):
+    out = run_vote(workdir, "--K", "2", "1", "--json", "out/results.json", "--submission", "out/sub.json")
+    assert out.returncode == 0, out.stderr
+    assert "step_2" in out.stdout and "step: 2" in out.stdout
+    report = json.loads((workdir / "out" / "results.json").read_text())
+    # task_one solved at rank 1; task_two: input 0 at rank 2, input 1 at rank 1; three wrong; four unseen
+    assert report["pass_at_k"] == {
+        "1": {"task": 0.25, "pair": pytest.approx((1 + 0.5) / 4), "tasks_solved": 1, "pairs_solved": 2},
+        "2": {"task": 0.5, "pair": pytest.approx(2 / 4), "tasks_solved": 2, "pairs_solved": 3}}
+    one = report["tasks"]["task_one"]
+    assert one["solved_at"] == 1 and one["margin"] == pytest.approx((3 - 1) / 4)
+    pair = one["pairs"][0]
+    assert (pair["rank"], pair["votes"], pair["candidates"], pair["correct_votes"]) == (1, 4, 2, 3)
+    assert pair["top"][0]["grid"] == truth("task_one").tolist() and pair["top"][0]["correct"] is True
+    assert pair["top"][1]["grid"] == WRONG.tolist() and pair["top"][1]["votes"] == 1
+    assert pair["correct_confidence"] == pytest.approx(1 / (1 + 2.718281828459045 ** -2.0), rel=1e-6)
+    two = report["tasks"]["task_two"]
+    assert two["solved_at"] == 2 and [p["rank"] for p in two["pairs"]] == [2, 1]
+    assert report["tasks"]["task_three"]["solved_at"] is None
+    assert report["tasks"]["task_three"]["pairs"][0]["margin"] == -1.0
+    assert report["missing"] == {"tasks": ["task_four"], "pairs": []}
+    assert report["meta"]["tasks_seen"] == 3 and report["meta"]["pairs_seen"] == 4 and report["meta"]["step"] == 2
+    assert "tasks without predictions (1, counted wrong): task_four" in out.stdout
+
+    sub = json.loads((workdir / "out" / "sub.json").read_text())
+    assert list(sub) == ["task_one", "task_two", "task_three", "task_four"]
+    assert sub["task_one"] == [{"attempt_1": truth("task_one").tolist(), "attempt_2": WRONG.tolist()}]
+    assert sub["task_two"][0] == {"attempt_1": WRONG.tolist(), "attempt_2": truth("task_two", 0).tolist()}
+    # one answer only: repeated; no predictions: [[0]] twice
+    assert sub["task_two"][1] == {"attempt_1": truth("task_two", 1).tolist(), "attempt_2": truth("task_two", 1).tolist()}
+    assert sub["task_four"] == [{"attempt_1": [[0]], "attempt_2": [[0]]}]
+
+
+def test_vote_script_explicit_file_and_data(workdir):
+    folder = workdir / "checkpoints" / "proj" / "run" / "predictions" / "step_5"
+    out = run_vote(workdir, "--predictions", str(folder / "rank_*.npz"), "--data", str(workdir / "data" / "arc-tiny"),
+                   "--K", "1")
+    assert out.returncode == 0, out.stderr
+    assert "0/4" in out.stdout and "step: 5" in out.stdout
+
+
+def test_vote_script_reports_errors_without_traceback(workdir):
+    out = run_vote(workdir, "--predictions", str(workdir / "nowhere.npz"), "--data", "x")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "--predictions" in out.stderr and "nowhere.npz" in out.stderr

@@ -1,0 +1,96 @@
+"""Inputs that cannot be voted on fail with a message naming the file, row or puzzle."""
+import json
+
+import numpy as np
+import pytest
+from vote_fixtures import AUGS, TASKS, Predictions, make_build, truth
+
+from arc_data.encoding import encode_grid
+from evaluate.build_reader import load_test_split
+from evaluate.errors import EvaluationInputError
+from evaluate.predictions import resolve_predictions
+from evaluate.vote import main
+from evaluate.voting import vote
+
+
+@pytest.fixture
+def build(tmp_path):
+    return make_build(tmp_path / "build", TASKS, {"task_one": AUGS[:2]}, training_tasks={"train_only": TASKS["task_one"]})
+
+
+def voted(build, path):
+    return vote([path], load_test_split(build))
+
+
+def test_identifier_out_of_range_names_file_row_and_value(build, tmp_path):
+    p = Predictions(build, TASKS).add("task_one", 0, truth("task_one"))
+    p.add_raw(len(p.names) + 3, p.inputs[0], p.preds[0])
+    path = p.save(tmp_path / "rank_0.npz")
+    with pytest.raises(EvaluationInputError, match=rf"rank_0.npz: row 1 has identifier {len(p.names) + 3}, outside"):
+        voted(build, path)
+
+
+def test_identifier_of_another_split_names_the_puzzle(build, tmp_path):
+    p = Predictions(build, TASKS).add("task_one", 0, truth("task_one"))
+    p.add_raw(p.names.index("train_only"), p.inputs[0], p.preds[0])
+    with pytest.raises(EvaluationInputError, match=r"row 1 has identifier \d+ \('train_only'\), which is not a "
+                                                   r"puzzle of the test split.*do not belong together"):
+        voted(build, p.save(tmp_path / "p.npz"))
+
+
+def test_input_that_is_not_a_test_input_of_its_task_is_an_error(build, tmp_path):
+    p = Predictions(build, TASKS).add("task_one", 0, truth("task_one"))
+    name = "task_one_t1_0234567891"
+    # the right input of task_one, but not rotated as its name says
+    p.add_raw(p.names.index(name), encode_grid(TASKS["task_one"]["test"][0][0]), p.preds[0])
+    with pytest.raises(EvaluationInputError, match=rf"p.npz: row 1 \('{name}'\): its input, with the augmentation "
+                                                   r"undone, is none of the test inputs of task 'task_one'"):
+        voted(build, p.save(tmp_path / "p.npz"))
+
+
+def test_missing_array_and_bad_shape_name_the_file(build, tmp_path):
+    p = Predictions(build, TASKS).add("task_one", 0, truth("task_one"))
+    path = tmp_path / "no_q.npz"
+    arrays = p.arrays()
+    del arrays["q_halt_logits"]
+    np.savez(path, **arrays)
+    with pytest.raises(EvaluationInputError, match=r"no_q.npz: missing array\(s\) q_halt_logits"):
+        voted(build, path)
+    bad = p.save(tmp_path / "bad.npz", preds=np.zeros((1, 30, 30), np.uint8))
+    with pytest.raises(EvaluationInputError, match=r"bad.npz: array 'preds' has shape \(1, 30, 30\)"):
+        voted(build, bad)
+
+
+def test_int64_predictions_are_accepted(build, tmp_path):
+    p = Predictions(build, TASKS).add("task_one", 0, truth("task_one"))
+    path = p.save(tmp_path / "p.npz", preds=p.arrays()["preds"].astype(np.int64),
+                  puzzle_identifiers=p.arrays()["puzzle_identifiers"].astype(np.int64))
+    assert voted(build, path).correct.tolist() == [True]
+
+
+def test_incomplete_build_names_the_missing_file(build, tmp_path):
+    (build / "test" / "all__labels.npy").unlink()
+    with pytest.raises(EvaluationInputError, match=r"all__labels.npy not found"):
+        load_test_split(build)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "abc", "1.5"])
+def test_unknown_k_value_is_rejected(value, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--K", "1", value])
+    assert e.value.code == 2
+    assert f"K must be a positive whole number, got '{value}'" in capsys.readouterr().err
+
+
+def test_folder_with_fewer_rank_files_than_world_size(build, tmp_path):
+    folder = tmp_path / "step_10"
+    Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(folder / "rank_0.npz")
+    (folder / "info.json").write_text(json.dumps({"data_path": str(build), "step": 10, "world_size": 2,
+                                                  "checkpoint": None}))
+    with pytest.raises(EvaluationInputError, match=r"world_size 2 but the folder holds 1 .npz files"):
+        resolve_predictions(str(folder))
+
+
+def test_no_predictions_under_checkpoints(tmp_path, capsys):
+    assert main(["--checkpoints", str(tmp_path / "checkpoints")]) == 2
+    assert "no predictions found under" in capsys.readouterr().err
