@@ -12,8 +12,9 @@ Configurations:
   hrm_v1     the published architecture (configs/arch/hrm_v1.yaml), on CUDA only, bfloat16.
 
 FLOPs per token count matrix multiplies (2*m*n*k) and attention (q k^T and p v) of every block
-visit (both segments), the backward (2x the forward) of the gradient-visible visits and the LM head
-(forward and backward); elementwise work is not counted.
+visit as executed (both segments; the target-Q segment's last block for position 0 only), the
+backward (2x the forward) of the gradient-visible visits and the LM head (forward and backward);
+elementwise work is not counted.
 
 Usage: python scripts/bench_model.py [--config cpu-bench|hrm_v1|all] [--steps 6] [--warmup 2]
                                      [--batch N] [--compile]
@@ -50,9 +51,13 @@ def flops_per_token(arch: ArchConfig, seq_len: int, vocab: int) -> float:
                     + 2 * hidden * 2 * inner + 2 * inner * hidden           # gate|up, down
                     + 4 * positions * hidden)                               # q k^T, p v
     block_visit = per_position * positions                                  # one block, one row
+    # The target-Q segment's last block answers position 0 only: full qkv (keys and values),
+    # then attention, o_proj and the MLP for one query.
+    first_only_visit = (2 * hidden * 3 * hidden * positions + 4 * positions * hidden
+                        + 2 * hidden * hidden + 2 * hidden * 2 * inner + 2 * inner * hidden)
     segment_visits = arch.H_cycles * (arch.L_cycles * arch.L_layers + arch.H_layers)
     grad_visits = arch.L_layers + arch.H_layers
-    forward = 2 * segment_visits * block_visit        # training segment + target-Q segment
+    forward = (2 * segment_visits - 1) * block_visit + first_only_visit   # training + target-Q
     backward = 2 * grad_visits * block_visit
     head = 3 * 2 * hidden * vocab * seq_len           # LM head forward + backward
     return (forward + backward + head) / seq_len
