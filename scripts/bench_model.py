@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -106,15 +107,20 @@ def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, w
         sync()
         times.append(time.perf_counter() - start)
     step_time = sum(times) / len(times)
-    tokens_per_s = batch_size * SEQ_LEN / step_time
+    tokens = batch_size * SEQ_LEN
+    tokens_per_s = tokens / step_time
     fpt = flops_per_token(arch, SEQ_LEN, VOCAB)
     return dict(
         config=arch.name, device=str(device), dtype=str(model.compute_dtype(device)).replace("torch.", ""),
         threads=torch.get_num_threads(), batch=batch_size, seq_len=SEQ_LEN, steps=steps,
         compiled=compile_model, params=sum(p.numel() for p in model.parameters()),
-        step_time_s=round(step_time, 4), best_step_time_s=round(min(times), 4),
-        tokens_per_s=round(tokens_per_s, 1), best_tokens_per_s=round(batch_size * SEQ_LEN / min(times), 1),
+        step_time_s=round(step_time, 4), median_step_time_s=round(statistics.median(times), 4),
+        best_step_time_s=round(min(times), 4),
+        tokens_per_s=round(tokens_per_s, 1), median_tokens_per_s=round(tokens / statistics.median(times), 1),
+        best_tokens_per_s=round(tokens / min(times), 1),
         flops_per_token=round(fpt), achieved_flops_per_s=round(fpt * tokens_per_s),
+        # Other processes share the CPU: the 1-minute load average puts the numbers in context.
+        load_average=round(os.getloadavg()[0], 2),
     )
 
 
