@@ -23,10 +23,11 @@ Public API
     ``hrm.layers.Linear`` children make up that sublayer.
 ``sublayers(model) -> {name: module}``  "H.0.attn", "H.0.mlp", ..., "L.1.mlp"
 ``visit_alignment(loss_head, batch, carry=None, max_rows=None) -> {sublayer: {...}, "summary": {...}}``
+    ``loss_head`` is the eager ``ACTLossHead`` (not a compiled or DDP wrapper); run it between
+    optimizer steps, every few hundred steps (it costs about one full-graph training step).
 """
 from __future__ import annotations
 
-import copy
 import itertools
 
 import torch
@@ -113,7 +114,8 @@ def visit_alignment(loss_head, batch: dict, carry=None, max_rows: int | None = N
         batch = {k: v[:max_rows] for k, v in batch.items()}
         if carry is not None:
             carry = _slice_carry(carry, max_rows)
-    carry = copy.copy(carry) if carry is not None else loss_head.initial_carry(batch)
+    if carry is None:
+        carry = loss_head.initial_carry(batch)  # the forward never mutates a given carry
     devices = [batch["inputs"].device] if batch["inputs"].is_cuda else []
 
     def run():

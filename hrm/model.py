@@ -108,7 +108,7 @@ class HRM(nn.Module):
                 rows = F.pad(rows, (0, pad))
             x = torch.cat((rows.view(-1, self.puzzle_tokens, self.arch.hidden_size), x), dim=1)
         if self.arch.pos_encodings == "learned":
-            # The average of two unit-variance embeddings, kept at unit variance.
+            # Token (+ puzzle) and position embeddings summed, scaled by 1/sqrt(2) to keep the variance.
             x = math.sqrt(0.5) * (x + self.position_embedding.weight[:x.shape[1]].to(dtype))
         return self.embed_scale * x
 

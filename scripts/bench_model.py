@@ -12,8 +12,9 @@ Configurations:
   hrm_v1     the published architecture (configs/arch/hrm_v1.yaml), on CUDA only, bfloat16.
 
 FLOPs per token count matrix multiplies (2*m*n*k) and attention (q k^T and p v) of every block
-visit (both segments), the backward (2x the forward) of the gradient-visible visits and the LM head
-(forward and backward); elementwise work is not counted.
+visit as executed (both segments; the target-Q segment's last block for position 0 only), the
+backward (2x the forward) of the gradient-visible visits and the LM head (forward and backward);
+elementwise work is not counted.
 
 Usage: python scripts/bench_model.py [--config cpu-bench|hrm_v1|all] [--steps 6] [--warmup 2]
                                      [--batch N] [--compile]
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -50,9 +52,13 @@ def flops_per_token(arch: ArchConfig, seq_len: int, vocab: int) -> float:
                     + 2 * hidden * 2 * inner + 2 * inner * hidden           # gate|up, down
                     + 4 * positions * hidden)                               # q k^T, p v
     block_visit = per_position * positions                                  # one block, one row
+    # The target-Q segment's last block answers position 0 only: full qkv (keys and values),
+    # then attention, o_proj and the MLP for one query.
+    first_only_visit = (2 * hidden * 3 * hidden * positions + 4 * positions * hidden
+                        + 2 * hidden * hidden + 2 * hidden * 2 * inner + 2 * inner * hidden)
     segment_visits = arch.H_cycles * (arch.L_cycles * arch.L_layers + arch.H_layers)
     grad_visits = arch.L_layers + arch.H_layers
-    forward = 2 * segment_visits * block_visit        # training segment + target-Q segment
+    forward = (2 * segment_visits - 1) * block_visit + first_only_visit   # training + target-Q
     backward = 2 * grad_visits * block_visit
     head = 3 * 2 * hidden * vocab * seq_len           # LM head forward + backward
     return (forward + backward + head) / seq_len
@@ -101,15 +107,20 @@ def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, w
         sync()
         times.append(time.perf_counter() - start)
     step_time = sum(times) / len(times)
-    tokens_per_s = batch_size * SEQ_LEN / step_time
+    tokens = batch_size * SEQ_LEN
+    tokens_per_s = tokens / step_time
     fpt = flops_per_token(arch, SEQ_LEN, VOCAB)
     return dict(
         config=arch.name, device=str(device), dtype=str(model.compute_dtype(device)).replace("torch.", ""),
         threads=torch.get_num_threads(), batch=batch_size, seq_len=SEQ_LEN, steps=steps,
         compiled=compile_model, params=sum(p.numel() for p in model.parameters()),
-        step_time_s=round(step_time, 4), best_step_time_s=round(min(times), 4),
-        tokens_per_s=round(tokens_per_s, 1), best_tokens_per_s=round(batch_size * SEQ_LEN / min(times), 1),
+        step_time_s=round(step_time, 4), median_step_time_s=round(statistics.median(times), 4),
+        best_step_time_s=round(min(times), 4),
+        tokens_per_s=round(tokens_per_s, 1), median_tokens_per_s=round(tokens / statistics.median(times), 1),
+        best_tokens_per_s=round(tokens / min(times), 1),
         flops_per_token=round(fpt), achieved_flops_per_s=round(fpt * tokens_per_s),
+        # Other processes share the CPU: the 1-minute load average puts the numbers in context.
+        load_average=round(os.getloadavg()[0], 2),
     )
 
 

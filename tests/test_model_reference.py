@@ -64,9 +64,11 @@ def random_original_weights(cfg: dict, vocab: int, seq_len: int, num_ids: int, s
     g = torch.Generator().manual_seed(seed)
     sd = {}
     for k, v in original_init(cfg, vocab, seq_len, num_ids).items():
-        scale = 0.3 if k.endswith(("q_head.weight", "puzzle_emb.weights")) else 1.0
-        fan = v.shape[-1] if v.dim() > 1 else 1
-        sd[k] = torch.randn(v.shape, generator=g) * (scale if scale != 1.0 else fan ** -0.5)
+        if k.endswith(("q_head.weight", "puzzle_emb.weights")):
+            std = 0.3
+        else:
+            std = v.shape[-1] ** -0.5 if v.dim() > 1 else 1.0
+        sd[k] = torch.randn(v.shape, generator=g) * std
     sd[INNER + "q_head.bias"] = torch.tensor([0.1, -0.1])
     sd[INNER + "H_init"] = torch.randn(cfg["hidden_size"], generator=g)
     sd[INNER + "L_init"] = torch.randn(cfg["hidden_size"], generator=g)
