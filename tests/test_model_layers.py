@@ -133,8 +133,12 @@ def test_linear_casts_weights_to_the_input_dtype():
 
 
 def test_no_device_hard_coding_in_the_package():
+    """The device is chosen in exactly one place, hrm/distributed.py (from availability and the
+    `device` setting); nothing else names CUDA."""
     root = pathlib.Path(__file__).resolve().parent.parent / "hrm"
     for path in root.glob("*.py"):
+        if path.name == "distributed.py":
+            continue
         text = path.read_text()
         assert not re.search(r"\.cuda\(|device=[\"']cuda|torch\.device\([\"']cuda", text), path.name
 

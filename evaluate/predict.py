@@ -1,0 +1,126 @@
+"""Run a checkpoint over a build's test split and write the predictions files for vote.py.
+
+    python evaluate/predict.py checkpoint=PATH [data_path=DIR] [output_dir=DIR] [batch_size=N] [device=auto]
+    torchrun --nproc-per-node 8 evaluate/predict.py checkpoint=PATH
+
+PATH is one of ours (a `step_<N>/` folder or its `model.pt`) or one written by the original HRM
+code (a raw state-dict file such as `step_414456`, with `all_config.yaml` beside it). Every row is
+reset once and runs exactly halt_max_steps segments; the last segment's argmax tokens and q_halt
+logits are written, one `rank_<r>.npz` per rank plus `info.json` (DESIGN.md, "Predictions").
+Default output: `<run>/predictions/<step>/` beside the checkpoint.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # run as a script: make the repository importable, not evaluate/ itself
+    _repo = str(Path(__file__).resolve().parents[1])
+    sys.path[:] = [_repo] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from arc_data.dataset import EvalBatches, load_split  # noqa: E402
+from hrm.checkpoint import FORMAT as MODEL_FORMAT, load_model, load_original_checkpoint  # noqa: E402
+from hrm.distributed import init_distributed, shutdown  # noqa: E402
+from hrm.evaluation import evaluate, write_predictions  # noqa: E402
+from hrm.loss import ACTLossHead  # noqa: E402
+
+KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device"}
+
+
+class PredictError(ValueError):
+    pass
+
+
+def parse_args(argv: list[str]) -> dict:
+    args = {"device": "auto"}
+    for item in argv:
+        key, sep, value = item.partition("=")
+        if not sep or key not in KEYS:
+            raise PredictError(f"expected key=value with key in {sorted(KEYS)}, got {item!r}")
+        args[key] = value
+    if "checkpoint" not in args:
+        raise PredictError("checkpoint=PATH is required")
+    if "batch_size" in args:
+        if not args["batch_size"].isdigit() or int(args["batch_size"]) < 1:
+            raise PredictError(f"batch_size must be a positive whole number, got {args['batch_size']!r}")
+        args["batch_size"] = int(args["batch_size"])
+    return args
+
+
+def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
+    """-> (model, data_path, step, default output folder). Our format or the original HRM code's."""
+    path = Path(checkpoint)
+    if path.is_dir():
+        path = path / "model.pt"
+    if not path.is_file():
+        raise PredictError(f"checkpoint {checkpoint}: no such file (expected a step_<N>/ folder, its model.pt, "
+                           f"or an original HRM checkpoint file)")
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(payload, dict) and payload.get("format") == MODEL_FORMAT:
+        model, extra = load_model(str(path))
+        step = extra.get("step")
+        trainer_file = path.parent / "trainer.pt"
+        if data_path is None and trainer_file.is_file():
+            data_path = torch.load(trainer_file, map_location="cpu", weights_only=True)["config"]["data_path"]
+        out = path.parent.parent / "predictions" / path.parent.name
+    else:  # the original code: a raw state dict, its config beside it
+        config_file = path.parent / "all_config.yaml"
+        if not config_file.is_file():
+            raise PredictError(f"{path}: not one of our checkpoints, and no all_config.yaml beside it for an "
+                               f"original HRM checkpoint")
+        if data_path is None:
+            data_path = yaml.safe_load(config_file.read_text()).get("data_path")
+        seq_len = load_split(data_path, "test").metadata.seq_len if data_path else None
+        model = load_original_checkpoint(str(path), str(config_file), seq_len=seq_len)
+        step = int(path.name.split("_")[-1]) if path.name.split("_")[-1].isdigit() else None
+        out = path.parent / "predictions" / path.name
+    if data_path is None:
+        raise PredictError(f"{checkpoint}: no data_path recorded with it; pass data_path=DIR")
+    return model, data_path, step, out
+
+
+def main(argv=None) -> int:
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        model, data_path, step, out = load_checkpoint_for_eval(args["checkpoint"], args.get("data_path"))
+        test = load_split(data_path, "test")
+    except (PredictError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if test.metadata.num_puzzle_identifiers != model.num_puzzle_identifiers:
+        print(f"error: the checkpoint's puzzle-embedding table has {model.num_puzzle_identifiers:,} rows but the "
+              f"build {data_path} has {test.metadata.num_puzzle_identifiers:,} puzzle identifiers: they do not "
+              f"belong together (for the released ARC-AGI-2 checkpoint, build with --listing-order reverse)",
+              file=sys.stderr)
+        return 2
+    if test.metadata.seq_len != model.seq_len or test.metadata.vocab_size != model.vocab_size:
+        print(f"error: the build {data_path} has seq_len {test.metadata.seq_len}, vocab {test.metadata.vocab_size}; "
+              f"the checkpoint expects {model.seq_len}, {model.vocab_size}", file=sys.stderr)
+        return 2
+
+    info = init_distributed(args["device"])
+    try:
+        model.to(info.device)
+        batch_size = args.get("batch_size") or (768 if info.device.type == "cuda" else 32)
+        if batch_size % info.world_size:
+            print(f"error: batch_size={batch_size} is not divisible by the world size {info.world_size}", file=sys.stderr)
+            return 2
+        batches = EvalBatches(test, global_batch_size=batch_size, rank=info.rank, world_size=info.world_size)
+        metrics, arrays = evaluate(ACTLossHead(model), batches, info, progress=True)
+        out_dir = Path(args.get("output_dir") or out)
+        write_predictions(out_dir, arrays, info, data_path=data_path, step=step, checkpoint=str(args["checkpoint"]))
+        if info.is_main:
+            shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "count")
+            print(f"{int(metrics.get('count', 0))} test rows: {shown}")
+            print(f"predictions: {out_dir}  (next: python evaluate/vote.py --predictions {out_dir})")
+    finally:
+        shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
