@@ -28,6 +28,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--listing-order", choices=LISTING_ORDERS, default="sorted",
                    help="order in which subsets and task files are listed before shuffling (default sorted)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--limit-tasks", type=int, metavar="N",
+                   help="keep only the first N tasks of each subset in listing order (small builds for CPU runs)")
     p.add_argument("--verify", metavar="DIR", help="re-hash DIR against DIR/manifest.json and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p.parse_args(argv)
@@ -48,7 +50,8 @@ def main(argv=None) -> int:
 
     cfg = BuildConfig(dataset=args.dataset, source_dir=args.source_dir, extra_dirs=args.extra_dir,
                       num_aug=args.num_aug, seed=args.seed, output_dir=args.output_dir,
-                      listing_order=args.listing_order, overwrite=args.overwrite)
+                      listing_order=args.listing_order, overwrite=args.overwrite,
+                      limit_tasks=args.limit_tasks)
     if cfg.dataset == "arc-agi-2" and not cfg.source_dir and cfg.listing_order == "sorted":
         print("hint: the released HRM ARC-AGI-2 checkpoint was trained on the build listed in reverse order "
               "(--listing-order reverse: 1,045,829 puzzle identifiers); this sorted build will not match its "

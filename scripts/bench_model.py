@@ -33,6 +33,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hrm.config import ArchConfig  # noqa: E402
+from hrm.flops import flops_per_token  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.model import HRM  # noqa: E402
 from hrm.optim import AdamATan2  # noqa: E402
@@ -43,25 +44,6 @@ ORIGINAL_CPU_TOKENS_PER_S = 2324
 CPU_BENCH = dict(name="cpu-bench", hidden_size=128, num_heads=4, expansion=4, H_layers=2, L_layers=2,
                  H_cycles=2, L_cycles=2, halt_max_steps=4, halt_exploration_prob=0.1,
                  puzzle_emb_ndim=128, forward_dtype="float32", loss_type="stablemax")
-
-
-def flops_per_token(arch: ArchConfig, seq_len: int, vocab: int) -> float:
-    hidden, inner = arch.hidden_size, arch.mlp_hidden
-    positions = seq_len + arch.puzzle_tokens
-    per_position = (2 * hidden * 3 * hidden + 2 * hidden * hidden          # qkv, o
-                    + 2 * hidden * 2 * inner + 2 * inner * hidden           # gate|up, down
-                    + 4 * positions * hidden)                               # q k^T, p v
-    block_visit = per_position * positions                                  # one block, one row
-    # The target-Q segment's last block answers position 0 only: full qkv (keys and values),
-    # then attention, o_proj and the MLP for one query.
-    first_only_visit = (2 * hidden * 3 * hidden * positions + 4 * positions * hidden
-                        + 2 * hidden * hidden + 2 * hidden * 2 * inner + 2 * inner * hidden)
-    segment_visits = arch.H_cycles * (arch.L_cycles * arch.L_layers + arch.H_layers)
-    grad_visits = arch.L_layers + arch.H_layers
-    forward = (2 * segment_visits - 1) * block_visit + first_only_visit   # training + target-Q
-    backward = 2 * grad_visits * block_visit
-    head = 3 * 2 * hidden * vocab * seq_len           # LM head forward + backward
-    return (forward + backward + head) / seq_len
 
 
 def make_batch(size: int, device: torch.device, generator: torch.Generator):

@@ -260,3 +260,19 @@ def test_npy_header_matches_numpy(tmp_path):
         np.save(tmp_path / "x.npy", np.zeros(shape, np.uint8))
         head = npy_header(np.uint8, shape)
         assert (tmp_path / "x.npy").read_bytes()[:len(head)] == head
+
+
+def test_limit_tasks_equals_a_build_of_the_first_tasks_only(tmp_path):
+    full, first = tmp_path / "full", tmp_path / "first"
+    for subset in ("evaluation", "training"):
+        for i in range(4):
+            task = small_task(20 + i + (10 if subset == "training" else 0))
+            write_task(full / subset, f"{subset[0]}{i}", task)
+            if i < 2:
+                write_task(first / subset, f"{subset[0]}{i}", task)
+    a = build(BuildConfig(source_dir=str(full), num_aug=6, limit_tasks=2, output_dir=str(tmp_path / "a")), progress=False)
+    b = build(BuildConfig(source_dir=str(first), num_aug=6, output_dir=str(tmp_path / "b")), progress=False)
+    assert a["tasks_per_source"] == {f"dir:{full}": 4} and a["identifiers"] == b["identifiers"] == 1 + 4 * 7
+    for rel in NPY_FILES + ["identifiers.json"]:
+        assert sha256(tmp_path / "a" / rel) == sha256(tmp_path / "b" / rel), rel
+    assert json.loads((tmp_path / "a/manifest.json").read_text())["settings"]["limit_tasks"] == 2

