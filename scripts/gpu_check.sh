@@ -35,7 +35,7 @@ done
 if [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
     rm -rf checkpoints/gpu-check
     $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py arch=hrm_deeploop data_path="$DATA" \
-        global_batch_size=64 epochs=1 max_steps=20 checkpoint_path=checkpoints/gpu-check eval_batch_size=256
+        global_batch_size=64 epochs=1 eval_interval=1 max_steps=20 checkpoint_path=checkpoints/gpu-check eval_batch_size=256
     echo '{"torchrun_2proc": "ok"}'
 else
     echo '{"torchrun_2proc": "skipped: one GPU (NCCL needs one GPU per rank)"}'
