@@ -276,3 +276,15 @@ def test_limit_tasks_equals_a_build_of_the_first_tasks_only(tmp_path):
     for rel in NPY_FILES + ["identifiers.json"]:
         assert sha256(tmp_path / "a" / rel) == sha256(tmp_path / "b" / rel), rel
     assert json.loads((tmp_path / "a/manifest.json").read_text())["settings"]["limit_tasks"] == 2
+
+
+def test_arc_agi_2_in_reverse_order_matches_the_released_checkpoint():
+    """The released HRM ARC-AGI-2 checkpoint's puzzle-embedding table has 1,045,829 rows; only the
+    reverse listing reproduces that count (the sorted one gives 1,045,833). Plan only: no writing."""
+    from arc_data.plan import plan_variants
+    from arc_data.rng import LegacyState
+    for order, expected in (("reverse", 1_045_829), ("sorted", 1_045_833)):
+        sources = load_sources(BuildConfig(dataset="arc-agi-2", listing_order=order))
+        np.random.seed(42)
+        _, plan = plan_variants([tasks for s in sources for _, tasks in s.subsets], 1000, LegacyState())
+        assert plan.num_versions + 1 == expected, order

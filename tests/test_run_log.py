@@ -1,0 +1,36 @@
+"""W&B never prompts or waits: auto mode goes online only with credentials, offline works with no network."""
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+from hrm.run_log import resolve_wandb_mode
+
+
+def test_auto_mode_needs_credentials(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert resolve_wandb_mode("auto") == "disabled"
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password abc\n")
+    assert resolve_wandb_mode("auto") == "online"
+    (tmp_path / "netrc").unlink()
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert resolve_wandb_mode("auto") == "online"
+    assert resolve_wandb_mode("disabled") == "disabled"
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the environment wins, as wandb itself does
+    assert resolve_wandb_mode("auto") == "offline"
+
+
+def test_offline_run_logs_without_prompting_or_network(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
+    env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path), NETRC=str(tmp_path / "none"))
+    code = ("from pathlib import Path; from hrm.run_log import RunLog\n"
+            f"log = RunLog(Path({str(tmp_path / 'run')!r}), project='p', run_name='r', config={{'lr': 1}}, wandb_mode='offline')\n"
+            "log.log({'train/loss': 1.5, 'bad': float('nan')}, step=3); log.close()\n")
+    subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, timeout=120, check=True,
+                   capture_output=True)
+    assert (tmp_path / "run" / "wandb").is_dir()
+    record = json.loads((tmp_path / "run" / "log.jsonl").read_text())
+    assert record == {"step": 3, "train/loss": 1.5, "bad": "nan"}
