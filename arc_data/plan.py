@@ -180,16 +180,19 @@ def plan_variants(subsets, num_aug: int, state, progress=None) -> tuple[list, Va
 
 
 @numba.njit(cache=True, nogil=True)
-def draw_offsets(key, pos, task_start, trans, pair_start, pair_split, pair_shape, split, translate,
-                 row_offsets):
-    """The writing phase's draws for one split, in the reference's order; returns rows written.
+def lay_out_split(key, pos, task_start, trans, pair_start, pair_split, pair_shape, split, translate,
+                  row_pair, row_version, row_offsets, puzzle_rows, group_puzzles):
+    """One split's rows in the reference's order, with the writing phase's draws.
 
-    For every task with examples in `split`, every version, one `randint(0, n_examples)` picks the
-    example left in place; each other example, when `translate`, gets `r, c` shared by its input and
-    output. `pair_shape[p] = (in_rows, in_cols, out_rows, out_cols)` before the dihedral transform;
-    transforms 1, 3, 6, 7 swap rows and columns. Fills row_offsets[row] = (r, c).
+    Rows go groups (tasks with examples in `split`), then puzzles (versions), then examples (pairs):
+    fills row_pair/row_version, the examples per puzzle and the puzzles per group. Per puzzle, one
+    `randint(0, n_examples)` picks the example left in place; each other example, when `translate`,
+    gets `r, c` shared by its input and output (`pair_shape[p] = (in_rows, in_cols, out_rows,
+    out_cols)` before the dihedral transform; transforms 1, 3, 6, 7 swap rows and columns).
     """
     row = 0
+    n_puzzles = 0
+    n_groups = 0
     for task in range(task_start.shape[0] - 1):
         n = 0
         for p in range(pair_start[task], pair_start[task + 1]):
@@ -214,8 +217,14 @@ def draw_offsets(key, pos, task_start, trans, pair_start, pair_split, pair_shape
                         rows, cols = cols, rows
                     r = interval(key, pos, MAX_GRID - rows)
                     c = interval(key, pos, MAX_GRID - cols)
+                row_pair[row] = p
+                row_version[row] = v
                 row_offsets[row, 0] = r
                 row_offsets[row, 1] = c
                 row += 1
                 i += 1
+            puzzle_rows[n_puzzles] = n
+            n_puzzles += 1
+        group_puzzles[n_groups] = task_start[task + 1] - task_start[task]
+        n_groups += 1
     return row
