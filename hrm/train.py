@@ -133,11 +133,9 @@ class Trainer:
         self.carry, loss, metrics, _, _ = self.step_fn(self.carry, batch)
         (loss / cfg.global_batch_size).backward()
         all_reduce_grads_(self.model.parameters(), info)
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
         if cfg.grad_clip is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        else:
-            grad_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), cfg.grad_clip, grad_norm)
 
         keys = sorted(metrics)
         reduced = torch.stack([loss.detach().double()] + [metrics[k].double() for k in keys])
@@ -148,10 +146,11 @@ class Trainer:
             self._diverged(loss_value, grad_norm)
 
         self.step += 1
+        lrs = {}
         for name, opt in self.optimizers.items():
-            lr = lr_at(self.step, self.base_lrs[name], cfg.lr_warmup_steps, self.total_steps, cfg.lr_min_ratio)
+            lrs[name] = lr_at(self.step, self.base_lrs[name], cfg.lr_warmup_steps, self.total_steps, cfg.lr_min_ratio)
             for group in opt.param_groups:
-                group["lr"] = lr
+                group["lr"] = lrs[name]
             opt.step()
             opt.zero_grad(set_to_none=True)
 
@@ -159,8 +158,7 @@ class Trainer:
         count = max(named.pop("count"), 1.0)
         # losses per example of the global batch, the rest per halted row (as HRM logs them)
         record = {f"train/{k}": v / (cfg.global_batch_size if k.endswith("loss") else count) for k, v in named.items()}
-        record.update({"train/loss": loss_value, "train/grad_norm": grad_norm,
-                       "train/lr": lr_at(self.step, cfg.lr, cfg.lr_warmup_steps, self.total_steps, cfg.lr_min_ratio)})
+        record.update({"train/loss": loss_value, "train/grad_norm": grad_norm, "train/lr": lrs["dense"]})
         return record
 
     def _diverged(self, loss: float, grad_norm: float) -> None:
