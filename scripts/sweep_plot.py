@@ -87,7 +87,7 @@ def figure6_png(rows: list[dict], floor: float, path: Path, title: str) -> Path:
         draw_panel(canvas, x0, y0, panel, floor, seeds, f"lr {lr:g}   loops {loops} (h x l)")
     y = canvas.height - FOOTER + 12
     x = 16
-    for status, label in ((TRAINED, "trained"), (STUCK, "stuck at floor"), (DIVERGED, "diverged")):
+    for status, label in ((TRAINED, "trained"), (STUCK, "stuck (not below the floor)"), (DIVERGED, "diverged")):
         canvas.marker(x + 5, y + 5, SHAPE[status], GREY, 5)
         canvas.text(label, x + 16, y, BLACK, 2)
         x += 28 + len(label) * 8
