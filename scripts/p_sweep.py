@@ -44,16 +44,18 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      read_run_log, run_logged, shell_line, tail_mean, train_curve)
+                                      last_eval, read_run_log, run_logged, shell_line, tail_mean,
+                                      train_curve)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, FINISHED, classify_run,  # noqa: E402
                                 smoothed_min, unigram_floor)
 
 DEFAULT_P = [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60]
 CSV_COLUMNS = ["p", "seed", "lr", "loops", "status", "final_loss", "min_loss", "steps", "floor",
-               "alpha", "beta", "exit_code", "seconds"]
-# The committed CPU run: 4 exponents x 2 seeds of hrm_tiny on 16 ARC-AGI-1 tasks, two at a time.
+               "alpha", "beta", "eval_lm_loss", "exit_code", "seconds"]
+# The committed CPU run: 4 exponents x 2 seeds x 2 learning rates of hrm_tiny on 16 ARC-AGI-1 tasks,
+# two runs at a time (about 17 minutes on 2 cores).
 PRESETS = {
-    "cpu": dict(p=[0.30, 0.40, 0.50, 0.60], seeds=[0, 1], lr=[1e-3], loops=["2"], steps=150, jobs=2,
+    "cpu": dict(p=[0.30, 0.40, 0.50, 0.60], seeds=[0, 1], lr=[1e-3, 1e-2], loops=["2"], steps=100, jobs=2,
                 arch="hrm_tiny", out="results/p_sweep_cpu", work="checkpoints/p_sweep_cpu"),
 }
 
@@ -118,6 +120,7 @@ def cell_row(cell: Cell, record: dict, run_dir: Path, floor: float, margin: floa
             "final_loss": tail_mean(losses, window) if status != "diverged" else math.nan,
             "min_loss": smoothed_min(finite, window), "steps": len(losses), "floor": floor,
             "alpha": first.get("scaling/L/alpha", math.nan), "beta": first.get("scaling/L/beta", math.nan),
+            "eval_lm_loss": last_eval(log).get("lm_loss", math.nan),
             "exit_code": record["exit_code"], "seconds": record["seconds"]}
 
 
@@ -201,11 +204,13 @@ def summary_markdown(rows: list[dict], *, command: str, build_line: str, floor: 
         mean = f"{sum(trained) / len(trained):.4f} ({each})" if trained else "-"
         lines.append(f"| {lr:g} | {loops} | {p:g} | {group[0]['alpha']:.4g} | {group[0]['beta']:.4g} | "
                      f"{count['trained']} | {count['stuck']} | {count['diverged']} | {count['error']} | {mean} |")
-    lines += ["", "| p | seed | lr | loops | status | final loss | min loss (smoothed) | steps | seconds |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", f"| p | seed | lr | loops | status | final loss | min loss ({args.window}-step mean) | steps | "
+                  f"eval LM loss | seconds |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['p']:g} | {r['seed']} | {r['lr']:g} | {r['loops']} | {r['status']} | "
-                     f"{r['final_loss']:.4f} | {r['min_loss']:.4f} | {r['steps']} | {r['seconds']} |")
+                     f"{r['final_loss']:.4f} | {r['min_loss']:.4f} | {r['steps']} | {r['eval_lm_loss']:.4f} | "
+                     f"{r['seconds']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -317,7 +322,8 @@ def main(argv=None) -> int:
     write_csv(rows, args.out.with_suffix(".csv"))
     from scripts.sweep_plot import figure6_png
     png = figure6_png(rows, floor, args.out.with_suffix(".png"),
-                      f"p sweep: {args.arch}, {args.steps} steps, seeds {' '.join(map(str, args.seeds))}")
+                      f"p sweep: {args.arch}, {args.steps} steps, seeds {' '.join(map(str, args.seeds))}",
+                      margin=args.margin)
     md = summary_markdown(rows, command=command, build_line=build_line, floor=floor, args=args, png=png,
                           seconds=time.perf_counter() - started)
     args.out.with_suffix(".md").write_text(md)

@@ -38,7 +38,8 @@ TRAINED, DIVERGED, STUCK, ERROR = "trained", "diverged", "stuck", "error"
 FINISHED = (TRAINED, DIVERGED, STUCK)    # statuses that are results; "error" is not
 EXIT_DIVERGED = 3                        # pretrain.py's exit code for a non-finite loss or gradient
 DEFAULT_MARGIN = 0.05                    # 5% below the floor counts as having left it
-DEFAULT_WINDOW = 20                      # steps averaged for "final loss"
+DEFAULT_WINDOW = 40                      # steps averaged for "final loss": on a small build a batch of
+                                         # 8 rows holds ~2 puzzles, and 10-step means swing by +-0.4
 
 
 # --------------------------------------------------------------------------------- the floor
@@ -121,7 +122,7 @@ def classify_run(losses: list[float], floor: float, exit_code: int, margin: floa
         return DIVERGED
     if exit_code != 0 or not losses:
         return ERROR
-    final = sum(losses[-window:]) / len(losses[-window:])
+    final = math.fsum(losses[-window:]) / len(losses[-window:])   # fsum: a flat curve averages to itself
     return TRAINED if final < floor * (1 - margin) else STUCK
 
 

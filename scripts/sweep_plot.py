@@ -31,12 +31,17 @@ def _finite(value) -> bool:
     return value is not None and value != "" and math.isfinite(float(value))
 
 
-def draw_panel(canvas: Canvas, x0: int, y0: int, rows: list[dict], floor: float, seeds: list, title: str) -> None:
-    ps = sorted({float(r["p"]) for r in rows})
+def loss_range(rows: list[dict], floor: float, threshold: float) -> tuple[float, float]:
+    """One y range for every panel, so that panels compare at a glance."""
     losses = [float(r["final_loss"]) for r in rows if r["status"] in (TRAINED, STUCK) and _finite(r["final_loss"])]
-    low, high = min(losses + [floor]), max(losses + [floor])
+    low, high = min(losses + [floor, threshold]), max(losses + [floor, threshold])
     pad = max(0.08 * (high - low), 0.02 * max(abs(high), 1e-3))
-    y_range = (low - pad, high + pad)
+    return low - pad, high + pad
+
+
+def draw_panel(canvas: Canvas, x0: int, y0: int, rows: list[dict], floor: float, threshold: float, seeds: list,
+               title: str, y_range: tuple[float, float]) -> None:
+    ps = sorted({float(r["p"]) for r in rows})
     x_step = min((b - a for a, b in zip(ps, ps[1:])), default=0.1)
     x_range = (ps[0] - 0.6 * x_step, ps[-1] + 0.6 * x_step)
     box = (x0 + LEFT, y0 + TOP, x0 + PANEL_W - RIGHT, y0 + PANEL_H - BOTTOM)
@@ -50,6 +55,8 @@ def draw_panel(canvas: Canvas, x0: int, y0: int, rows: list[dict], floor: float,
     floor_y = ax.py(floor)
     canvas.line(ax.left, floor_y, ax.right, floor_y, GREY, 1.5, dash=(6, 4))
     canvas.text(f"unigram floor {floor:.3f}", ax.right - 4, floor_y - 14, GREY, 2, "right")
+    if threshold != floor:   # below this line a run counts as trained
+        canvas.line(ax.left, ax.py(threshold), ax.right, ax.py(threshold), GREY, 1.0, dash=(2, 4))
 
     means = []
     for p in ps:
@@ -72,8 +79,11 @@ def draw_panel(canvas: Canvas, x0: int, y0: int, rows: list[dict], floor: float,
         canvas.marker(x, y, SHAPE[r["status"]], SEED_COLOURS[k % len(SEED_COLOURS)], 5)
 
 
-def figure6_png(rows: list[dict], floor: float, path: Path, title: str) -> Path:
-    """Write the sweep picture; rows are CSV rows (p, seed, lr, loops, status, final_loss, ...)."""
+def figure6_png(rows: list[dict], floor: float, path: Path, title: str, margin: float = 0.0) -> Path:
+    """Write the sweep picture; rows are CSV rows (p, seed, lr, loops, status, final_loss, ...).
+    margin > 0 adds a dotted line at floor * (1 - margin), the line a trained run ends below."""
+    threshold = floor * (1 - margin)
+    y_range = loss_range(rows, floor, threshold)
     keys = sorted({panel_key(r) for r in rows})
     seeds = sorted({r["seed"] for r in rows}, key=lambda s: int(s))
     columns = min(PANELS_PER_ROW, len(keys))
@@ -84,7 +94,7 @@ def figure6_png(rows: list[dict], floor: float, path: Path, title: str) -> Path:
         lr, loops = key
         panel = [r for r in rows if panel_key(r) == key]
         x0, y0 = (i % columns) * PANEL_W, HEADER + (i // columns) * PANEL_H
-        draw_panel(canvas, x0, y0, panel, floor, seeds, f"lr {lr:g}   loops {loops} (h x l)")
+        draw_panel(canvas, x0, y0, panel, floor, threshold, seeds, f"lr {lr:g}   loops {loops} (h x l)", y_range)
     y = canvas.height - FOOTER + 12
     x = 16
     for status, label in ((TRAINED, "trained"), (STUCK, "stuck (not below the floor)"), (DIVERGED, "diverged")):
@@ -93,6 +103,10 @@ def figure6_png(rows: list[dict], floor: float, path: Path, title: str) -> Path:
         x += 28 + len(label) * 8
     canvas.line(x, y + 5, x + 24, y + 5, BLACK, 2.0)
     canvas.text("mean of trained seeds", x + 30, y, BLACK, 2)
+    if margin:
+        x += 30 + len("mean of trained seeds") * 8 + 16
+        canvas.line(x, y + 5, x + 24, y + 5, GREY, 1.0, dash=(2, 4))
+        canvas.text(f"floor - {100 * margin:g}%", x + 30, y, BLACK, 2)
     y += 24
     x = 16
     for k, seed in enumerate(seeds):

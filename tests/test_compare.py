@@ -103,3 +103,13 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path):
         assert (run / "predictions" / step / "rank_0.npz").is_file() and (run / "vote.json").is_file()
     md = out.with_suffix(".md").read_text()
     assert report["build"]["digest"] in md and "pass@10" in md
+    # --report rebuilds the table from the run folders alone, without training anything
+    again = tmp_path / "results" / "again"
+    assert compare.main(["--preset", "cpu", "--report", "--work", str(tmp_path / "work"), "--out", str(again)]) == 0
+    table = json.loads(again.with_suffix(".json").read_text())
+    for name in ("baseline", "deeploop"):
+        fresh, old = table["arms"][name], report["arms"][name]
+        assert {k: v for k, v in fresh.items() if k != "seconds"} == {k: v for k, v in old.items() if k != "seconds"}
+        assert "max_steps=2" in fresh["command"] and "arch.hidden_size=32" in fresh["command"]
+        assert fresh["seconds"] == {"train": None, "predict": None, "vote": None}
+    assert "--report from existing run folders" in again.with_suffix(".md").read_text()

@@ -45,7 +45,7 @@ def test_dipping_below_the_floor_and_coming_back_is_stuck():
 
 def test_one_low_step_at_the_end_does_not_make_a_run_trained():
     curve = [1.52] * 149 + [0.5]              # window mean (19 * 1.52 + 0.5) / 20 = 1.469
-    assert classify_run(curve, FLOOR, 0) == STUCK
+    assert classify_run(curve, FLOOR, 0, window=20) == STUCK
     assert classify_run(curve, FLOOR, 0, window=1) == TRAINED
 
 
@@ -77,7 +77,7 @@ def test_crashes_and_empty_logs_are_errors_not_results():
 
 
 def test_a_curve_shorter_than_the_window_uses_all_its_steps():
-    assert classify_run([1.0, 1.2, 1.1], FLOOR, 0, window=20) == TRAINED
+    assert classify_run([1.0, 1.2, 1.1], FLOOR, 0) == TRAINED
     assert classify_run([1.0, 2.0, 2.0], FLOOR, 0, window=20) == STUCK   # mean 1.667
 
 
