@@ -23,6 +23,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -107,6 +108,13 @@ def paper_recipe(args) -> Recipe:
 def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say) -> dict:
     """Train, predict, vote for one arm; returns its row of the table."""
     run_dir = recipe.run_dir(arm)
+    if run_dir.exists():
+        # the trainer appends to an old log.jsonl and keeps old checkpoints: start clean, except that
+        # hours of GPU training are never deleted for the user
+        if recipe.preset != "cpu":
+            raise ExperimentError(f"{run_dir} exists: remove it, choose another --work, or make the table "
+                                  f"from it with --report")
+        shutil.rmtree(run_dir)
     check_build(recipe.build, digest)
     say(f"{arm.name}: build verified (digest {digest[:16]}...), training")
     _, train_s = run_logged(recipe.train_cmd(arm), run_dir / "train.log", step=f"{arm.name} training",
