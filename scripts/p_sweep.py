@@ -5,7 +5,7 @@ with `arch.scaling.rule=custom arch.scaling.p=<p>` (alpha = (2N)^p, beta = (8N)^
 as trained, stuck at the unigram floor, or diverged (scripts/run_status.py). Writes a CSV (one row
 per cell), a PNG in the style of Figure 6 and a markdown summary.
 
-    python scripts/p_sweep.py --preset cpu                        # the committed CPU result
+    python scripts/p_sweep.py --preset cpu     # the committed CPU result: 4 p x 2 seeds x lr 1e-3, 1e-2 (~15 min)
     python scripts/p_sweep.py --p 0.3 0.35 0.4 0.45 0.5 0.55 0.6 --seeds 0 1 2 --lr 1e-3 3e-3 \\
         --loops 2 4 --steps 300 --jobs 2 --out results/p_sweep_big
 
@@ -235,8 +235,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--num-aug", type=int, default=4, help="augmentations in the small build (default 4)")
     ap.add_argument("--jobs", type=int, help="runs at once (default 1; cpu preset 2)")
     ap.add_argument("--threads", type=int, help="torch threads per run (default: cores / jobs)")
-    ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="relative margin below the floor")
-    ap.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="steps averaged for the final loss")
+    ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help=f"a run is trained when its final loss is below floor * (1 - margin) (default {DEFAULT_MARGIN})")
+    ap.add_argument("--window", type=int, default=DEFAULT_WINDOW, help=f"last steps averaged for the final loss (default {DEFAULT_WINDOW})")
     ap.add_argument("--work", type=Path, help="run folders (default checkpoints/p_sweep)")
     ap.add_argument("--out", type=Path, help="output stem: writes OUT.csv, OUT.png, OUT.md (default results/p_sweep)")
     args = ap.parse_args(argv)
