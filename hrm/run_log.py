@@ -41,10 +41,11 @@ class RunLog:
     """Rank 0 only: construct it there, nowhere else."""
 
     def __init__(self, run_dir: Path, *, project: str, run_name: str, config: dict, wandb_mode: str,
-                 entity: str | None = None):
+                 entity: str | None = None, append: bool = False):
+        """`append`: a resumed run continues its log; a fresh run starts a new one."""
         self.path = Path(run_dir) / "log.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, "a")
+        self.file = open(self.path, "a" if append else "w")
         self.wandb = None
         mode = resolve_wandb_mode(wandb_mode)
         if mode != "disabled":

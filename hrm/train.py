@@ -32,7 +32,7 @@ from hrm.optim import AdamATan2
 from hrm.pretrain_config import PretrainConfig
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_log import RunLog
-from hrm.train_checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+from hrm.train_checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
 
 
 class TrainingDiverged(RuntimeError):
@@ -109,6 +109,10 @@ class Trainer:
             if info.is_main:
                 print(f"resumed from {ckpt} at step {self.step}", flush=True)
         else:
+            existing = list_checkpoints(self.run_dir)
+            if existing:  # never mix a new run into an old one's checkpoints and log
+                raise ValueError(f"{self.run_dir} already holds checkpoints ({existing[-1].name}); pass resume=latest "
+                                 f"to continue that run, or choose another run_name / checkpoint_path")
             # exploration draws differ per rank, as rows do (HRM seeds seed + rank)
             torch.manual_seed(cfg.seed + info.rank)
 
@@ -118,7 +122,8 @@ class Trainer:
             resolved = cfg.model_dump(mode="json", by_alias=True)
             (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
             self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name, config=resolved,
-                              wandb_mode=cfg.wandb.mode, entity=cfg.wandb.entity)
+                              wandb_mode=cfg.wandb.mode, entity=cfg.wandb.entity,
+                              append=bool(cfg.resume))
             n_params = sum(p.numel() for p in self.model.parameters())
             self.log.log({"num_params": n_params, **{f"scaling/{m}/{k}": v for m, s in self.model.scaling.items()
                                                       if isinstance(s, dict) for k, v in s.items()

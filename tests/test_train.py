@@ -123,6 +123,14 @@ def test_loss_falls_and_evaluation_writes_predictions(small_build, tmp_path):
     assert trainer_state["scaling"]["L"]["alpha"] == pytest.approx(math.sqrt(6))
 
 
+def test_a_fresh_run_refuses_a_folder_with_checkpoints(small_build, tmp_path):
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    with pytest.raises(ValueError, match="already holds checkpoints .step_1.; pass resume=latest"):
+        Trainer(micro_config(small_build, tmp_path / "run", max_steps=2), CPU, progress=False)
+    resumed = Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
+    assert resumed.step == 1
+
+
 def test_divergence_stops_without_touching_the_last_good_checkpoint(small_build, tmp_path):
     cfg = micro_config(small_build, tmp_path / "run", checkpoint_interval=1, keep_checkpoints=0)
     trainer = Trainer(cfg, CPU, progress=False)
