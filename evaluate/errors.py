@@ -3,4 +3,4 @@ the file, row or puzzle at fault (the command line prints it without a traceback
 
 
 class EvaluationInputError(ValueError):
-    pass
+    """Raised with a message naming the file, row or puzzle at fault."""

@@ -32,7 +32,7 @@ KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device"}
 
 
 class PredictError(ValueError):
-    pass
+    """Bad arguments or a checkpoint that cannot be evaluated; printed without a traceback."""
 
 
 def parse_args(argv: list[str]) -> dict:

@@ -31,7 +31,7 @@ def _flash_attn_func():
     try:
         from flash_attn_interface import flash_attn_func  # FA3 (Hopper)
         return flash_attn_func
-    except ImportError:
+    except ImportError:  # no FA3: try FA2 below
         pass
     try:
         from flash_attn import flash_attn_func  # FA2

@@ -40,7 +40,7 @@ FORMAT = "hrm-deeploop/model-v1"
 
 
 class CheckpointError(ValueError):
-    pass
+    """A checkpoint that cannot be loaded as asked; the message names the keys or file at fault."""
 
 
 # ------------------------------------------------------------------------------------ our format
