@@ -7,9 +7,11 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from hrm.attention import Attention, attend, flash_attention_available
-from hrm.layers import Linear, RotaryTable, SwiGLU, apply_rope, rms_norm, rms_norm_, truncated_normal_
+from hrm.layers import (Linear, RotaryTable, SwiGLU, _BlockedSwiGLU, apply_rope, rms_norm, rms_norm_,
+                        truncated_normal_)
 from tests.test_model_reference import ref_attention
 
 
@@ -151,3 +153,25 @@ def test_swiglu_blocked_no_grad_path_equals_the_autograd_path():
     with torch.no_grad():
         out = mlp(x)
     assert out.shape == x.shape and torch.allclose(out, expected, atol=1e-6)
+
+
+def test_swiglu_blocked_backward_equals_the_autograd_path():
+    """The CPU path's hand-written blocked backward against plain autograd of the same formula."""
+    torch.manual_seed(0)
+    mlp = SwiGLU(hidden_size=16, inner_size=256)
+    weights = (mlp.gate_up_proj.weight, mlp.down_proj.weight)
+    x = torch.randn(3, 700, 16, requires_grad=True)   # 2100 rows: a partial last block
+    grad_out = torch.randn(3, 700, 16)
+    gate, up = F.linear(x, weights[0]).chunk(2, dim=-1)
+    expected = F.linear(F.silu(gate) * up, weights[1])
+    expected_grads = torch.autograd.grad(expected, (x, *weights), grad_out)
+    out = mlp(x)
+    grads = torch.autograd.grad(out, (x, *weights), grad_out)
+    assert torch.allclose(out, expected, atol=1e-6)
+    for got, want in zip(grads, expected_grads):  # float32 sums over 2100 rows in another order
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * want.abs().max().item())
+    # And the formulas themselves, in float64 with blocks of 5 rows (the last one partial).
+    args = (torch.randn(2, 6, 4, dtype=torch.float64, requires_grad=True),
+            torch.randn(16, 4, dtype=torch.float64, requires_grad=True),
+            torch.randn(4, 8, dtype=torch.float64, requires_grad=True))
+    assert torch.autograd.gradcheck(lambda a, w1, w2: _BlockedSwiGLU.apply(a, w1, w2, 5), args)
