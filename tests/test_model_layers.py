@@ -175,3 +175,17 @@ def test_swiglu_blocked_backward_equals_the_autograd_path():
             torch.randn(16, 4, dtype=torch.float64, requires_grad=True),
             torch.randn(4, 8, dtype=torch.float64, requires_grad=True))
     assert torch.autograd.gradcheck(lambda a, w1, w2: _BlockedSwiGLU.apply(a, w1, w2, 5), args)
+
+
+def test_attention_no_grad_path_equals_the_autograd_path():
+    """Outside autograd on CPU the projection and RoPE run one batch row at a time."""
+    torch.manual_seed(0)
+    attn = Attention(32, 4)
+    rope = RotaryTable(8, 50, 10000.0)(50)
+    x = torch.randn(3, 50, 32)
+    expected = attn(x, rope)
+    with torch.no_grad():
+        out = attn(x, rope)
+        first = attn(x, rope, queries=1)
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert torch.allclose(first, expected[:, :1], atol=1e-6)
