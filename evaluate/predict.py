@@ -23,7 +23,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from arc_data.dataset import EvalBatches, load_split  # noqa: E402
-from hrm.checkpoint import FORMAT as MODEL_FORMAT, load_model, load_original_checkpoint  # noqa: E402
+from hrm.checkpoint import is_our_format, load_model, load_original_checkpoint  # noqa: E402
 from hrm.distributed import init_distributed, shutdown  # noqa: E402
 from hrm.evaluation import evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
@@ -59,9 +59,9 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
     if not path.is_file():
         raise PredictError(f"checkpoint {checkpoint}: no such file (expected a step_<N>/ folder, its model.pt, "
                            f"or an original HRM checkpoint file)")
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(payload, dict) and payload.get("format") == MODEL_FORMAT:
-        model, extra = load_model(str(path))
+    payload = torch.load(path, map_location="cpu", weights_only=True)  # read once: the puzzle table can be GBs
+    if is_our_format(payload):
+        model, extra = load_model(str(path), payload=payload)
         step = extra.get("step")
         trainer_file = path.parent / "trainer.pt"
         if data_path is None and trainer_file.is_file():
@@ -75,7 +75,7 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
         if data_path is None:
             data_path = yaml.safe_load(config_file.read_text()).get("data_path")
         seq_len = load_split(data_path, "test").metadata.seq_len if data_path else None
-        model = load_original_checkpoint(str(path), str(config_file), seq_len=seq_len)
+        model = load_original_checkpoint(str(path), str(config_file), seq_len=seq_len, raw=payload)
         step = int(path.name.split("_")[-1]) if path.name.split("_")[-1].isdigit() else None
         out = path.parent / "predictions" / path.name
     if data_path is None:

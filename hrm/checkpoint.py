@@ -18,12 +18,13 @@ learned position table if any, else from ``<data_path>/train/dataset.json``, els
 Public API
 ----------
 ``save_model(path, model, extra=None)``
-``load_model(path, map_location="cpu", verbose=False) -> (HRM, extra)``
+``load_model(path, map_location="cpu", verbose=False, payload=None) -> (HRM, extra)``
+``is_our_format(payload) -> bool``
 ``load_state_strict(model, state)``        strict load with named errors
 ``original_key_map(arch) -> {original key: our key}``
 ``arch_from_original_config(config: dict) -> ArchConfig``
 ``load_original_checkpoint(path, config_path=None, seq_len=None, map_location="cpu",
-                           verbose=False) -> HRM``
+                           verbose=False, raw=None) -> HRM``
 """
 from __future__ import annotations
 
@@ -84,9 +85,15 @@ def load_state_strict(model: torch.nn.Module, state: dict) -> None:
             own[key].copy_(value)
 
 
-def load_model(path: str, map_location="cpu", verbose: bool = False) -> tuple[HRM, dict]:
-    payload = torch.load(path, map_location=map_location, weights_only=True)
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+def is_our_format(payload) -> bool:
+    return isinstance(payload, dict) and payload.get("format") == FORMAT
+
+
+def load_model(path: str, map_location="cpu", verbose: bool = False, payload: dict | None = None) -> tuple[HRM, dict]:
+    """`payload`: the file's contents when the caller has already read them (no second read)."""
+    if payload is None:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    if not is_our_format(payload):
         raise CheckpointError(f"{path} is not a {FORMAT} checkpoint (for checkpoints of the original "
                               f"HRM code use load_original_checkpoint)")
     arch = ArchConfig(**payload["arch"])
@@ -160,13 +167,15 @@ def _original_seq_len(config: dict, state: dict, arch: ArchConfig) -> int | None
 
 
 def load_original_checkpoint(path: str, config_path: str | None = None, seq_len: int | None = None,
-                             map_location="cpu", verbose: bool = False) -> HRM:
+                             map_location="cpu", verbose: bool = False, raw: dict | None = None) -> HRM:
+    """`raw`: the state dict when the caller has already read the file (a full puzzle table is GBs)."""
     config_path = config_path or os.path.join(os.path.dirname(path), "all_config.yaml")
     with open(config_path) as f:
         config = yaml.safe_load(f)
     arch = arch_from_original_config(config)
 
-    raw = torch.load(path, map_location="cpu", weights_only=True)
+    if raw is None:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
     state = {k.removeprefix("_orig_mod."): v for k, v in raw.items()}
     key_map = original_key_map(arch)
     unknown = sorted(set(state) - set(key_map))
