@@ -22,7 +22,7 @@ _EMPTY = {"puzzle_identifiers": np.zeros(0, np.int32), "inputs": np.zeros((0, 90
           "preds": np.zeros((0, 900), np.uint8), "q_halt_logits": np.zeros(0, np.float32)}
 
 
-def _to_device(batch: dict, device: torch.device) -> dict:
+def to_device(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
@@ -36,7 +36,7 @@ def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, 
     keys: list[str] = []
     parts: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "preds": [], "q_halt_logits": []}
     for batch in tqdm(batches, desc="eval", unit="batch", disable=not (progress and info.is_main), leave=False):
-        batch = _to_device(batch, info.device)
+        batch = to_device(batch, info.device)
         metrics, outputs = loss_head.evaluate(batch)
         if sums is None:
             keys = sorted(metrics)

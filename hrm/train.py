@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from arc_data.dataset import EvalBatches, TrainBatches, load_split
 from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object)
-from hrm.evaluation import evaluate, write_predictions
+from hrm.evaluation import evaluate, to_device, write_predictions
 from hrm.loss import ACTLossHead
 from hrm.model import HRM
 from hrm.optim import AdamATan2
@@ -116,12 +116,12 @@ class Trainer:
             # exploration draws differ per rank, as rows do (HRM seeds seed + rank)
             torch.manual_seed(cfg.seed + info.rank)
 
+        self.resolved_config = cfg.model_dump(mode="json", by_alias=True)  # logged, saved in checkpoints
         self.log = None
         if info.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            resolved = cfg.model_dump(mode="json", by_alias=True)
-            (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-            self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name, config=resolved,
+            (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(self.resolved_config, sort_keys=False))
+            self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name, config=self.resolved_config,
                               wandb_mode=cfg.wandb.mode, entity=cfg.wandb.entity,
                               append=bool(cfg.resume))
             n_params = sum(p.numel() for p in self.model.parameters())
@@ -132,7 +132,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------ steps
     def train_step(self, batch: dict) -> dict:
         cfg, info = self.config, self.info
-        batch = {k: v.to(info.device, non_blocking=True) for k, v in batch.items()}
+        batch = to_device(batch, info.device)
         if self.carry is None:
             self.carry = self.loss_head.initial_carry(batch)
         self.carry, loss, metrics, _, _ = self.step_fn(self.carry, batch)
@@ -196,7 +196,7 @@ class Trainer:
     def save(self) -> Path:
         return save_checkpoint(self.run_dir, step=self.step, model=self.model, optimizers=self.optimizers,
                                reader_state=self.reader.state_dict(), carry=self.carry,
-                               config=self.config.model_dump(mode="json", by_alias=True), info=self.info,
+                               config=self.resolved_config, info=self.info,
                                keep=self.config.keep_checkpoints)
 
     # ------------------------------------------------------------------------------------- loop

@@ -21,6 +21,7 @@ import torch
 
 from hrm.checkpoint import load_state_strict, save_model
 from hrm.distributed import DistInfo, barrier
+from hrm.model import Carry
 
 FORMAT = "hrm-deeploop/train-v1"
 
@@ -33,7 +34,6 @@ def _carry_to_dict(carry) -> dict | None:
 
 
 def _carry_from_dict(state: dict | None, device: torch.device):
-    from hrm.model import Carry
     if state is None:
         return None
     return Carry(z_H=state["z_H"].to(device), z_L=state["z_L"].to(device), steps=state["steps"].to(device),
