@@ -75,9 +75,12 @@ class Attention(nn.Module):
         """Self-attention of x [batch, seq, hidden]; with ``queries`` only the first that many
         positions ask (all positions still serve as keys and values)."""
         batch, seq, hidden = x.shape
-        if rope is not None and not (torch.is_grad_enabled() or x.is_cuda
-                                     or torch.compiler.is_compiling()):
-            q, k, v = self._rotated_heads_by_row(x, rope)
+        if rope is not None and self._rows_path(x):
+            weight = self.qkv_proj.weight.to(x.dtype)
+            if torch.is_grad_enabled():
+                q, k, v = _RotaryProjection.apply(x, weight, *rope, self.num_heads)
+            else:
+                q, k, v = _project_and_rotate_rows(x, weight, *rope, self.num_heads)
         else:
             # [3, batch, heads, seq, head_dim] view of the fused projection.
             qkv = self.qkv_proj(x).view(batch, seq, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
@@ -93,22 +96,74 @@ class Attention(nn.Module):
         out = attend(q, k, v)
         return self.o_proj(out.transpose(1, 2).reshape(batch, q.shape[2], hidden))
 
-    def _rotated_heads_by_row(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]):
-        """q (rotated), k (rotated), v as dense [batch, heads, seq, head_dim], outside autograd (CPU).
+    def _rows_path(self, x: torch.Tensor) -> bool:
+        """Whether the projection and RoPE take the CPU row-by-row path (eager CPU only: CUDA and
+        torch.compile fuse the general path themselves, and forward hooks on qkv_proj, which
+        hrm.diagnostics uses, need the module called)."""
+        return not (x.is_cuda or torch.compiler.is_compiling() or self.qkv_proj._forward_hooks)
 
-        The same products and RoPE as the general path, one batch row at a time: the row's
-        [seq, 3*hidden] projection stays in cache while RoPE and the copy of v into the heads-first
-        layout read it (~7% off the attention sublayer here, most of it in RoPE).
-        """
+
+def _project_and_rotate_rows(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor,
+                             sin: torch.Tensor, num_heads: int):
+    """q (rotated), k (rotated), v as dense [batch, heads, seq, head_dim] float32, from x [batch,
+    seq, hidden] and the fused qkv weight.
+
+    The same products and RoPE as the general path, one batch row at a time: the row's
+    [seq, 3*hidden] projection stays in cache while RoPE and the copy of v into the heads-first
+    layout read it (~7% off the attention sublayer here, most of it in RoPE).
+    """
+    batch, seq, hidden = x.shape
+    head_dim = hidden // num_heads
+    row_qkv = torch.empty(seq, 3 * hidden, dtype=x.dtype, device=x.device)
+    heads = torch.empty(3, batch, num_heads, seq, head_dim, device=x.device,
+                        dtype=torch.promote_types(x.dtype, torch.float32))  # RoPE in float32 at least
+    for b in range(batch):
+        torch.mm(x[b], weight.t(), out=row_qkv)
+        qkv = row_qkv.view(seq, 3, num_heads, head_dim).permute(1, 2, 0, 3)
+        apply_rope(qkv[:2], cos, sin, out=heads[:2, b])
+        heads[2, b].copy_(qkv[2])
+    heads = heads.to(x.dtype)
+    return heads[0], heads[1], heads[2]
+
+
+class _RotaryProjection(torch.autograd.Function):
+    """``_project_and_rotate_rows`` with a hand-written backward (CPU, eager).
+
+    Autograd through the general path materialises zero-filled gradients for the q|k slice and the
+    v slice of the projection, adds them, and copies the permuted result back into the projection
+    layout before the two weight products. Here the gradient of each batch row is assembled in
+    place in the [seq, 3*hidden] layout: RoPE inverted for q and k (a rotation by -angle:
+    dx1 = g1 cos + g2 sin, dx2 = g2 cos - g1 sin), v copied, then one product each for d(x) and
+    d(W). Only x and W are saved; RoPE needs no saved activations.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, cos, sin, num_heads):
+        ctx.save_for_backward(x, weight, cos, sin)
+        ctx.num_heads = num_heads
+        return _project_and_rotate_rows(x, weight, cos, sin, num_heads)
+
+    @staticmethod
+    def backward(ctx, grad_q, grad_k, grad_v):
+        x, weight, cos, sin = ctx.saved_tensors
         batch, seq, hidden = x.shape
-        weight = self.qkv_proj.weight.to(x.dtype)
-        row_qkv = torch.empty(seq, 3 * hidden, dtype=x.dtype, device=x.device)
-        heads = torch.empty(3, batch, self.num_heads, seq, self.head_dim, dtype=torch.float32,
-                            device=x.device)
+        heads, head_dim, half = ctx.num_heads, hidden // ctx.num_heads, hidden // ctx.num_heads // 2
+        grad_qkv = torch.empty(batch, seq, 3 * hidden, dtype=x.dtype, device=x.device)
+        grads = (grad_q, grad_k, grad_v)
         for b in range(batch):
-            torch.mm(x[b], weight.t(), out=row_qkv)
-            qkv = row_qkv.view(seq, 3, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
-            apply_rope(qkv[:2], *rope, out=heads[:2, b])
-            heads[2, b].copy_(qkv[2])
-        heads = heads.to(x.dtype)
-        return heads[0], heads[1], heads[2]
+            # The row's [3, heads, seq, head_dim] view of its [seq, 3*hidden] gradient.
+            row = grad_qkv[b].view(seq, 3, heads, head_dim).permute(1, 2, 0, 3)
+            for i, grad in enumerate(grads):
+                if grad is None:
+                    row[i].zero_()
+                elif i == 2:
+                    row[2].copy_(grad[b])
+                else:
+                    g = grad[b]
+                    torch.mul(g, cos, out=row[i])
+                    row[i, ..., :half].addcmul_(g[..., half:], sin[..., half:])
+                    row[i, ..., half:].addcmul_(g[..., :half], sin[..., :half], value=-1.0)
+        flat = grad_qkv.view(-1, 3 * hidden)
+        grad_x = torch.mm(flat, weight).view_as(x) if ctx.needs_input_grad[0] else None
+        grad_w = torch.mm(flat.t(), x.reshape(-1, hidden)) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w, None, None, None

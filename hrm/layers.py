@@ -8,6 +8,7 @@ Public API
 ``truncated_normal_(tensor, std, bound=2.0)``  in-place truncated normal whose real std is ``std``
 ``rms_norm(x, eps)``                            x * rsqrt(mean(x^2) + eps), in float32, no gain
 ``rms_norm_(x, eps)``                           the same in place, for tensors outside autograd
+``add_rms_norm(x, branch, alpha, eps)``         rms_norm(alpha * x + branch), the post-norm residual
 ``Linear(in_features, out_features, bias=False)``  weight [out, in], LeCun truncated-normal init
 ``Embedding(num, dim, init_std)``               a lookup table with truncated-normal init
 ``RotaryTable(head_dim, positions, theta)``     cos/sin tables (float32, non-persistent buffers)
@@ -65,6 +66,49 @@ def rms_norm_(x: torch.Tensor, eps: float) -> torch.Tensor:
     return x32 if x.dtype == torch.float32 else x32.to(x.dtype)
 
 
+def add_rms_norm(x: torch.Tensor, branch: torch.Tensor, alpha: float, eps: float) -> torch.Tensor:
+    """rms_norm(alpha * x + branch): the residual update of a post-norm block.
+
+    Outside autograd ``branch`` is scratch and is overwritten. With a graph on CPU in float32
+    (eager), a hand-written backward replaces autograd's chain of elementwise ops. alpha = 1 adds
+    plainly, so the published HRM is computed exactly as written.
+    """
+    if not torch.is_grad_enabled():
+        total = branch.add_(x) if alpha == 1.0 else branch.add_(x, alpha=alpha)
+        return rms_norm_(total, eps)
+    if x.dtype == branch.dtype == torch.float32 and not (x.is_cuda or torch.compiler.is_compiling()):
+        return _AddRMSNorm.apply(x, branch, alpha, eps)
+    total = x + branch if alpha == 1.0 else torch.add(branch, x, alpha=alpha)
+    return rms_norm(total, eps)
+
+
+class _AddRMSNorm(torch.autograd.Function):
+    """y = t * r with t = alpha * x + branch and r = rsqrt(mean(t^2) + eps), float32.
+
+    Backward from y alone (y = t r): dt = r * (g - y * mean(g * y)), per row; then d(branch) = dt
+    and d(x) = alpha * dt. Four passes over the activations instead of autograd's ~ten, and only
+    y and r are kept (y is also the next sublayer's input, so it costs no extra memory).
+    """
+
+    @staticmethod
+    def forward(ctx, x, branch, alpha, eps):
+        total = torch.add(branch, x, alpha=alpha)
+        inv_rms = torch.linalg.vector_norm(total, dim=-1, keepdim=True)
+        inv_rms.square_().div_(total.shape[-1]).add_(eps).rsqrt_()
+        y = total.mul_(inv_rms)
+        ctx.save_for_backward(y, inv_rms)
+        ctx.alpha = alpha
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        y, inv_rms = ctx.saved_tensors
+        mean_gy = torch.mul(grad, y).sum(-1, keepdim=True).div_(y.shape[-1])
+        grad_total = torch.addcmul(grad, y, mean_gy, value=-1.0).mul_(inv_rms)
+        grad_x = grad_total if ctx.alpha == 1.0 else grad_total * ctx.alpha
+        return grad_x, grad_total, None, None
+
+
 class Linear(nn.Module):
     """y = x W^T (+ b); W [out, in] in float32, LeCun truncated-normal init, bias zero."""
 
@@ -119,7 +163,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     shape), the layout attention reads fastest.
     """
     dtype = x.dtype
-    x = x.float()
+    x = x.to(torch.promote_types(dtype, torch.float32))  # float64 stays float64 (gradcheck)
     if torch.is_grad_enabled():
         out = x * cos
     else:

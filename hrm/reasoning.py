@@ -24,7 +24,7 @@ from torch import nn
 
 from hrm.attention import Attention
 from hrm.config import ArchConfig
-from hrm.layers import SwiGLU, rms_norm, rms_norm_
+from hrm.layers import SwiGLU, add_rms_norm, rms_norm
 
 
 class ReasoningBlock(nn.Module):
@@ -45,12 +45,7 @@ class ReasoningBlock(nn.Module):
 
     def _add_norm(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
         """RMSNorm(alpha * x + branch); with alpha = 1 a plain add, HRM exactly as published."""
-        if torch.is_grad_enabled():
-            total = x + branch if self.alpha == 1.0 else torch.add(branch, x, alpha=self.alpha)
-            return rms_norm(total, self.norm_eps)
-        # Outside autograd the branch output is scratch: sum and normalise inside its buffer.
-        total = branch.add_(x) if self.alpha == 1.0 else branch.add_(x, alpha=self.alpha)
-        return rms_norm_(total, self.norm_eps)
+        return add_rms_norm(x, branch, self.alpha, self.norm_eps)
 
     def forward(self, x: torch.Tensor, rope, first_only: bool = False) -> torch.Tensor:
         """x [batch, seq, hidden] -> same; ``first_only`` returns position 0 alone ([batch, 1,

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hrm.attention import Attention, attend, flash_attention_available
-from hrm.layers import (Linear, RotaryTable, SwiGLU, _BlockedSwiGLU, apply_rope, rms_norm, rms_norm_,
-                        truncated_normal_)
+from hrm.attention import Attention, _RotaryProjection, attend, flash_attention_available
+from hrm.layers import (Linear, RotaryTable, SwiGLU, _AddRMSNorm, _BlockedSwiGLU, add_rms_norm, apply_rope,
+                        rms_norm, rms_norm_, truncated_normal_)
 from tests.test_model_reference import ref_attention
 
 
@@ -177,15 +177,63 @@ def test_swiglu_blocked_backward_equals_the_autograd_path():
     assert torch.autograd.gradcheck(lambda a, w1, w2: _BlockedSwiGLU.apply(a, w1, w2, 5), args)
 
 
-def test_attention_no_grad_path_equals_the_autograd_path():
-    """Outside autograd on CPU the projection and RoPE run one batch row at a time."""
+def general_path(attn: Attention):
+    """Force the general (autograd, whole-batch) path: a forward hook on qkv_proj does."""
+    return attn.qkv_proj.register_forward_hook(lambda module, inputs, output: None)
+
+
+def test_attention_row_paths_equal_the_general_path():
+    """On CPU (eager) the projection and RoPE run one batch row at a time, with a hand-written
+    backward under autograd; both agree with the general path in outputs and gradients."""
     torch.manual_seed(0)
     attn = Attention(32, 4)
     rope = RotaryTable(8, 50, 10000.0)(50)
-    x = torch.randn(3, 50, 32)
+    x = torch.randn(3, 50, 32, requires_grad=True)
+    grad_out = torch.randn(3, 50, 32)
+    params = (x, attn.qkv_proj.weight, attn.o_proj.weight)
+    handle = general_path(attn)
     expected = attn(x, rope)
+    expected_grads = torch.autograd.grad(expected, params, grad_out)
+    handle.remove()
+    out = attn(x, rope)
+    grads = torch.autograd.grad(out, params, grad_out)
+    assert torch.allclose(out, expected, atol=1e-6)
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     with torch.no_grad():
         out = attn(x, rope)
         first = attn(x, rope, queries=1)
     assert torch.allclose(out, expected, atol=1e-6)
     assert torch.allclose(first, expected[:, :1], atol=1e-6)
+
+
+def test_rotary_projection_backward_against_finite_differences():
+    """The inverse rotation in the hand-written backward, checked numerically in float64."""
+    g = torch.Generator().manual_seed(0)
+    cos, sin = (t.double() for t in RotaryTable(4, 5, 10.0)(5))
+    x = torch.randn(2, 5, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(24, 8, dtype=torch.float64, generator=g, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: _RotaryProjection.apply(a, b, cos, sin, 2), (x, w))
+
+
+def test_add_rms_norm_hand_worked_and_backward():
+    x, branch = torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 0.0]])
+    # alpha 2: t = (3, 4), rms = sqrt(12.5)
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            out = add_rms_norm(x, branch.clone(), 2.0, 0.0)
+        assert torch.allclose(out, torch.tensor([[3.0, 4.0]]) / math.sqrt(12.5))
+    # The closed-form backward against finite differences, alpha 1 and not.
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(3, 4, 6, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(2)]
+    for alpha in (1.0, 4.9):
+        assert torch.autograd.gradcheck(lambda a, b: _AddRMSNorm.apply(a, b, alpha, 1e-5), args)
+    # The float32 path used in training agrees with autograd of the plain formula.
+    a, b = (t.detach().float().requires_grad_() for t in args)
+    expected = rms_norm(torch.add(b, a, alpha=4.9), 1e-5)
+    out = add_rms_norm(a, b, 4.9, 1e-5)
+    grad_out = torch.randn(3, 4, 6)
+    for got, want in zip(torch.autograd.grad(out, (a, b), grad_out),
+                         torch.autograd.grad(expected, (a, b), grad_out)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(out, expected, atol=1e-6)
