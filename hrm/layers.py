@@ -216,6 +216,9 @@ def _swiglu_blocks(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tenso
     """
     rows = x.reshape(-1, x.shape[-1])
     n, inner = rows.shape[0], w_down.shape[1]
+    # MKL runs these products ~10% (gate|up) and ~25% (down) faster with the weight as a dense
+    # [in, out] matrix than as the transposed view of [out, in]: transpose once per call.
+    w_gate_up_t, w_down_t = w_gate_up.t().contiguous(), w_down.t().contiguous()
     out = torch.empty(n, w_down.shape[0], dtype=x.dtype, device=x.device)
     gate_up = torch.empty(n if keep_gate_up else min(n, block_rows), 2 * inner, dtype=x.dtype,
                           device=x.device)
@@ -223,9 +226,9 @@ def _swiglu_blocks(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tenso
         block = slice(start, start + block_rows)
         size = min(block_rows, n - start)
         gu = gate_up[block] if keep_gate_up else gate_up[:size]
-        torch.mm(rows[block], w_gate_up.t(), out=gu)
+        torch.mm(rows[block], w_gate_up_t, out=gu)
         gate, up = gu.chunk(2, dim=-1)
-        torch.mm(F.silu(gate).mul_(up), w_down.t(), out=out[block])
+        torch.mm(F.silu(gate).mul_(up), w_down_t, out=out[block])
     return out.view(*x.shape[:-1], out.shape[-1]), (gate_up if keep_gate_up else None)
 
 
@@ -255,7 +258,9 @@ class _BlockedSwiGLU(torch.autograd.Function):
         grad_rows = grad_out.reshape(-1, grad_out.shape[-1])
         n, inner = rows.shape[0], w_down.shape[1]
         grad_x = torch.empty_like(rows)
-        grad_w_gate_up = torch.zeros_like(w_gate_up)
+        # d(W_gate_up) is accumulated transposed, x^T d(gate|up): MKL is faster at it that way.
+        grad_w_gate_up_t = torch.zeros(w_gate_up.shape[1], w_gate_up.shape[0], dtype=x.dtype,
+                                       device=x.device)
         grad_w_down = torch.zeros_like(w_down)
         d_gate_up = torch.empty(min(n, block_rows), 2 * inner, dtype=x.dtype, device=x.device)
         for start in range(0, n, block_rows):
@@ -270,6 +275,6 @@ class _BlockedSwiGLU(torch.autograd.Function):
             d_gate, d_up = d_gu.chunk(2, dim=-1)
             torch.mul(d_hidden, act, out=d_up)
             d_gate.copy_(torch.ops.aten.silu_backward(d_hidden.mul_(up), gate))
-            grad_w_gate_up.addmm_(d_gu.t(), rows[block])
+            grad_w_gate_up_t.addmm_(rows[block].t(), d_gu)
             torch.mm(d_gu, w_gate_up, out=grad_x[block])
-        return grad_x.view_as(x), grad_w_gate_up, grad_w_down, None
+        return grad_x.view_as(x), grad_w_gate_up_t.t().contiguous(), grad_w_down, None
