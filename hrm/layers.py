@@ -228,7 +228,9 @@ def _swiglu_blocks(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tenso
         gu = gate_up[block] if keep_gate_up else gate_up[:size]
         torch.mm(rows[block], w_gate_up_t, out=gu)
         gate, up = gu.chunk(2, dim=-1)
-        torch.mm(F.silu(gate).mul_(up), w_down_t, out=out[block])
+        # With a graph gate|up is kept for the backward; without, silu overwrites the gate half.
+        hidden = F.silu(gate) if keep_gate_up else F.silu(gate, inplace=True)
+        torch.mm(hidden.mul_(up), w_down_t, out=out[block])
     return out.view(*x.shape[:-1], out.shape[-1]), (gate_up if keep_gate_up else None)
 
 
