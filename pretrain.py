@@ -32,6 +32,7 @@ def launch(hydra_config: DictConfig) -> None:
     from hrm.train import Trainer, TrainingDiverged
 
     info = init_distributed(config.device)
+    finished = False
     try:
         try:
             trainer = Trainer(config, info)
@@ -42,11 +43,12 @@ def launch(hydra_config: DictConfig) -> None:
         if info.is_main:
             print(f"done: step {summary['step']}, {summary['steps_per_second']:.2f} steps/s, "
                   f"checkpoints in {trainer.run_dir}", flush=True)
+        finished = True
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
     finally:
-        shutdown()
+        shutdown(wait_for_peers=finished)
 
 
 if __name__ == "__main__":

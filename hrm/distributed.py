@@ -48,8 +48,13 @@ def init_distributed(device: str = "auto") -> DistInfo:
     return DistInfo(rank, world_size, local_rank, dev)
 
 
-def shutdown() -> None:
+def shutdown(wait_for_peers: bool = False) -> None:
+    """Leave the process group. ``wait_for_peers`` (after a clean run) first waits at a barrier,
+    so that no rank tears gloo down while a peer still talks to it (that aborts the peer with
+    "terminate called without an active exception"); after an error a barrier could hang."""
     if dist.is_initialized():
+        if wait_for_peers:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -83,6 +83,7 @@ def _rank_main(rank, world, init_file, out_dir, ids_per_rank, grads_per_rank):
         backward_rows(emb, ids_per_rank[rank], grads_per_rank[rank])
         opt.step()
         torch.save(emb.table.clone(), os.path.join(out_dir, f"rank{rank}.pt"))
+        dist.barrier()   # nobody tears gloo down while the peer still talks to it
     finally:
         dist.destroy_process_group()
 
