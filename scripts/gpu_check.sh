@@ -6,7 +6,11 @@
 # each skips when its package is not installed) when pytest is there.
 #
 #   bash scripts/gpu_check.sh
-#   WHEELS=.gpu-wheels STEPS=200 BATCH=384 bash scripts/gpu_check.sh
+#   WHEELS=.gpu-wheels STEPS=300 BATCH=384 bash scripts/gpu_check.sh
+#
+# Budget (estimate, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 192 is ~95
+# TFLOP per step, ~0.3 s at 30% MFU on an H200; 200 steps and one torch.compile (~1-2 min) per
+# config keep the two configs within ~5 minutes. Each phase prints its wall time.
 #
 # A GPU machine without network access or this project's other dependencies: run
 # `bash scripts/prepare_gpu_check.sh` on a connected machine first (it writes data/gpu-check and
@@ -14,8 +18,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-STEPS=${STEPS:-150}
-BATCH=${BATCH:-384}
+STEPS=${STEPS:-200}
+BATCH=${BATCH:-192}
 DATA=${DATA:-data/gpu-check}
 export WANDB_MODE=disabled PYTHONUNBUFFERED=1
 
@@ -30,9 +34,11 @@ PY
 [ -f "$DATA/manifest.json" ] || $PY build_arc.py --limit-tasks 32 --num-aug 64 --output-dir "$DATA" --overwrite --quiet
 
 for arch in hrm_v1 hrm_deeploop; do
+    echo "{\"phase\": \"bench_train $arch\", \"elapsed_s\": $SECONDS}"
     $PY scripts/bench_train.py --config "$arch" --data "$DATA" --batch "$BATCH" --steps "$STEPS" --warmup 5 --compile
 done
 
+echo "{\"phase\": \"torchrun\", \"elapsed_s\": $SECONDS}"
 if [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
     rm -rf checkpoints/gpu-check
     $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py arch=hrm_deeploop data_path="$DATA" \
@@ -42,9 +48,11 @@ else
     echo '{"torchrun_2proc": "skipped: one GPU (NCCL needs one GPU per rank)"}'
 fi
 
+echo "{\"phase\": \"gpu tests\", \"elapsed_s\": $SECONDS}"
 if $PY -c 'import pytest' 2>/dev/null; then
     $PY -m pytest -q -rs tests/test_model_layers.py::test_flash_and_sdpa_agree_on_gpu \
         tests/test_model_optim.py::test_fused_kernel_matches_fallback_on_gpu
 else
     echo '{"gpu_tests": "skipped: pytest not installed"}'
 fi
+echo "{\"phase\": \"done\", \"elapsed_s\": $SECONDS}"
