@@ -105,8 +105,8 @@ class Attention(nn.Module):
 
 def _project_and_rotate_rows(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor,
                              sin: torch.Tensor, num_heads: int):
-    """q (rotated), k (rotated), v as dense [batch, heads, seq, head_dim] float32, from x [batch,
-    seq, hidden] and the fused qkv weight.
+    """q (rotated), k (rotated), v as dense [batch, heads, seq, head_dim] in x's dtype (RoPE itself
+    in float32 at least), from x [batch, seq, hidden] and the fused qkv weight.
 
     The same products and RoPE as the general path, one batch row at a time: the row's
     [seq, 3*hidden] projection stays in cache while RoPE and the copy of v into the heads-first
