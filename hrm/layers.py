@@ -183,8 +183,10 @@ class SwiGLU(nn.Module):
         self.gate_up_proj = Linear(hidden_size, 2 * inner_size)
         self.down_proj = Linear(inner_size, hidden_size)
 
-    # Rows per block of the CPU path: the [rows, 2*inner] intermediate then stays in L2.
+    # Rows per block of the CPU path: the [rows, 2*inner] intermediate then stays in L2. With a
+    # graph the backward's blocks carry more buffers per row, and half the rows measured ~4% faster.
     CPU_BLOCK_ROWS = 1024
+    CPU_GRAD_BLOCK_ROWS = 512
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Forward hooks on the two Linear modules (hrm.diagnostics records each visit's matrix
@@ -203,7 +205,7 @@ class SwiGLU(nn.Module):
         w_gate_up = self.gate_up_proj.weight.to(x.dtype)
         w_down = self.down_proj.weight.to(x.dtype)
         if grad:
-            return _BlockedSwiGLU.apply(x, w_gate_up, w_down, self.CPU_BLOCK_ROWS)
+            return _BlockedSwiGLU.apply(x, w_gate_up, w_down, self.CPU_GRAD_BLOCK_ROWS)
         return _swiglu_blocks(x, w_gate_up, w_down, self.CPU_BLOCK_ROWS, keep_gate_up=False)[0]
 
 
