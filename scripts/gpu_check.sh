@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check (one H200 or any CUDA GPU; aims at well under 5 minutes), installing nothing from the
 # network: bf16 + torch.compile training steps of hrm_v1 and hrm_deeploop on a small real build,
-# reporting tokens/s, MFU and peak memory as JSON lines, then a 2-process torchrun smoke run when
+# reporting tokens/s, MFU and peak memory as JSON lines, the model-only step benchmark of hrm_v1
+# (scripts/bench_model.py), then a 2-process torchrun smoke run when
 # two GPUs are present, then the GPU-only tests (flash-attn vs SDPA, fused vs fallback AdamATan2;
 # each skips when its package is not installed) when pytest is there.
 #
@@ -37,6 +38,10 @@ for arch in hrm_v1 hrm_deeploop; do
     echo "{\"phase\": \"bench_train $arch\", \"elapsed_s\": $SECONDS}"
     $PY scripts/bench_train.py --config "$arch" --data "$DATA" --batch "$BATCH" --steps "$STEPS" --warmup 5 --compile
 done
+
+# The model-only step benchmark (issue 3): hrm_v1, batch 768, eager (no compile wait).
+echo "{\"phase\": \"bench_model hrm_v1\", \"elapsed_s\": $SECONDS}"
+$PY scripts/bench_model.py --config hrm_v1 --steps 6 --warmup 2
 
 echo "{\"phase\": \"torchrun\", \"elapsed_s\": $SECONDS}"
 if [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
