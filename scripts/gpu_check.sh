@@ -39,9 +39,10 @@ for arch in hrm_v1 hrm_deeploop; do
     $PY scripts/bench_train.py --config "$arch" --data "$DATA" --batch "$BATCH" --steps "$STEPS" --warmup 5 --compile
 done
 
-# The model-only step benchmark (issue 3): hrm_v1, batch 768, eager (no compile wait).
+# The model-only step benchmark (issue 3): hrm_v1, eager (no compile wait), the same batch (768 on one
+# GPU would hold ~80 GB of activations: the published recipe splits it over 8).
 echo "{\"phase\": \"bench_model hrm_v1\", \"elapsed_s\": $SECONDS}"
-$PY scripts/bench_model.py --config hrm_v1 --steps 6 --warmup 2
+$PY scripts/bench_model.py --config hrm_v1 --steps 6 --warmup 2 --batch "$BATCH"
 
 echo "{\"phase\": \"torchrun\", \"elapsed_s\": $SECONDS}"
 if [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
