@@ -9,7 +9,9 @@ Configurations:
              puzzle_emb_ndim 128, batch 8, float32, stablemax, torch.set_num_threads(1).
              Reference: the original HRM code ran it at 2,324 tokens/s on a 2-core x86 machine;
              target >= 1.2x = 2,789 tokens/s.
-  hrm_v1     the published architecture (configs/arch/hrm_v1.yaml), on CUDA only, bfloat16.
+  hrm_v1     the published architecture (configs/arch/hrm_v1.yaml), on CUDA only, bfloat16, batch
+             96: one GPU's share of the published global batch 768 on 8 GPUs (768 on one GPU would
+             hold ~160 GB of activations).
 
 FLOPs per token count matrix multiplies (2*m*n*k) and attention (q k^T and p v) of every block
 visit as executed (both segments; the target-Q segment's last block for position 0 only), the
@@ -129,7 +131,7 @@ def main():
         else:
             torch.set_num_threads(os.cpu_count() or 1)
             arch = ArchConfig(name="hrm_v1")  # the defaults are the published architecture
-            print(json.dumps(bench(arch, args.batch or 768, torch.device("cuda"), args.steps,
+            print(json.dumps(bench(arch, args.batch or 96, torch.device("cuda"), args.steps,
                                    args.warmup, args.compile)), flush=True)
 
 

@@ -9,9 +9,11 @@
 #   bash scripts/gpu_check.sh
 #   WHEELS=.gpu-wheels STEPS=300 BATCH=384 bash scripts/gpu_check.sh
 #
-# Budget (estimate, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 192 is ~95
-# TFLOP per step, ~0.3 s at 30% MFU on an H200; 200 steps and one torch.compile (~1-2 min) per
-# config keep the two configs within ~5 minutes. Each phase prints its wall time.
+# Budget (estimate, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 96 is ~48
+# TFLOP per step, ~0.2 s at 25% MFU on an H200; 200 steps and one torch.compile (~1-2 min) per
+# config keep the two configs within ~5 minutes. Each phase prints its wall time. Memory: about
+# 20 GB of saved activations per 96 rows (8 gradient-visible block visits), so 768 rows on one
+# GPU would not fit.
 #
 # A GPU machine without network access or this project's other dependencies: run
 # `bash scripts/prepare_gpu_check.sh` on a connected machine first (it writes data/gpu-check and
@@ -20,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-200}
-BATCH=${BATCH:-192}
+BATCH=${BATCH:-96}   # one GPU's share of the published 768 on 8 GPUs
 DATA=${DATA:-data/gpu-check}
 export WANDB_MODE=disabled PYTHONUNBUFFERED=1
 
@@ -39,8 +41,7 @@ for arch in hrm_v1 hrm_deeploop; do
     $PY scripts/bench_train.py --config "$arch" --data "$DATA" --batch "$BATCH" --steps "$STEPS" --warmup 5 --compile
 done
 
-# The model-only step benchmark (issue 3): hrm_v1, eager (no compile wait), the same batch (768 on one
-# GPU would hold ~80 GB of activations: the published recipe splits it over 8).
+# The model-only step benchmark (issue 3): hrm_v1, eager (no compile wait), the same batch.
 echo "{\"phase\": \"bench_model hrm_v1\", \"elapsed_s\": $SECONDS}"
 $PY scripts/bench_model.py --config hrm_v1 --steps 6 --warmup 2 --batch "$BATCH"
 
