@@ -11,7 +11,7 @@ Configurations:
              target >= 1.2x = 2,789 tokens/s.
   hrm_v1     the published architecture (configs/arch/hrm_v1.yaml), on CUDA only, bfloat16, batch
              96: one GPU's share of the published global batch 768 on 8 GPUs (768 on one GPU would
-             hold ~160 GB of activations).
+             save ~140 GB of activations for the backward by estimate, about an H200's memory).
 
 FLOPs per token count matrix multiplies (2*m*n*k) and attention (q k^T and p v) of every block
 visit as executed (both segments; the target-Q segment's last block for position 0 only), the

@@ -87,7 +87,7 @@ def main() -> None:
                    help="auto: hrm_tiny on CPU, plus hrm_v1 when CUDA is available")
     p.add_argument("--data", type=Path, help="a build_arc.py output (default: build a small one)")
     p.add_argument("--batch", type=int, help="global batch (default 8 for hrm_tiny; 96 for hrm_v1/hrm_deeploop, one GPU's share of the "
-                        "published 768 on 8 GPUs: 768 on one GPU would need ~160 GB of activations)")
+                        "published 768 on 8 GPUs; 768 on one GPU would save ~140 GB of activations by estimate)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")

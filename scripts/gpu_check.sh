@@ -11,9 +11,9 @@
 #
 # Budget (estimate, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 96 is ~48
 # TFLOP per step, ~0.2 s at 25% MFU on an H200; 200 steps and one torch.compile (~1-2 min) per
-# config keep the two configs within ~5 minutes. Each phase prints its wall time. Memory: about
-# 20 GB of saved activations per 96 rows (8 gradient-visible block visits), so 768 rows on one
-# GPU would not fit.
+# config keep the two configs within ~5 minutes. Each phase prints its wall time. Memory (also an
+# estimate, eager bf16): ~2.2 GB of saved activations per 96 rows per gradient-visible block visit,
+# 8 visits: ~17 GB at batch 96, ~140 GB at 768 (an H200 holds 141 GB). The JSON reports the peak.
 #
 # A GPU machine without network access or this project's other dependencies: run
 # `bash scripts/prepare_gpu_check.sh` on a connected machine first (it writes data/gpu-check and
