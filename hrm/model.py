@@ -23,7 +23,8 @@ Public API
     ``.heads(z_H, with_logits=True)``  the pieces, for diagnostics and tests
     ``.compute_dtype(device)``        forward dtype on that device (auto: bf16 on CUDA, else fp32)
 ``Carry``  dataclass: z_H, z_L [B, puzzle_tokens + seq, hidden], steps int32 [B], halted bool [B],
-           current_data {key: tensor} (the rows each slot is working on)
+           current_data {key: tensor} (the rows each slot is working on); ``.rows(slice)`` and
+           ``Carry.concat([...])`` split and join it by rows (gradient accumulation)
 
 Batch: ``inputs`` int [B, seq], ``labels`` int [B, seq] (-100 = ignored), ``puzzle_identifiers``
 int [B]. Parameters stay float32; the compute dtype follows the inputs' device.
@@ -51,6 +52,20 @@ class Carry:
     steps: torch.Tensor
     halted: torch.Tensor
     current_data: dict[str, torch.Tensor]
+
+    def rows(self, index: slice) -> "Carry":
+        """The carry of some rows (a micro-batch); views, no copies."""
+        return Carry(self.z_H[index], self.z_L[index], self.steps[index], self.halted[index],
+                     {k: v[index] for k, v in self.current_data.items()})
+
+    @staticmethod
+    def concat(parts: list["Carry"]) -> "Carry":
+        """The micro-batches' carries back as one, rows in order."""
+        if len(parts) == 1:
+            return parts[0]
+        return Carry(torch.cat([c.z_H for c in parts]), torch.cat([c.z_L for c in parts]),
+                     torch.cat([c.steps for c in parts]), torch.cat([c.halted for c in parts]),
+                     {k: torch.cat([c.current_data[k] for c in parts]) for k in parts[0].current_data})
 
 
 class HRM(nn.Module):

@@ -26,6 +26,7 @@ class PretrainConfig(BaseModel):
     data_path: str
 
     global_batch_size: int = Field(gt=0)
+    grad_accum_steps: int = Field(default=1, gt=0)
     epochs: int = Field(gt=0)
     eval_interval: Optional[int] = Field(default=None, gt=0)
     lr: float = Field(ge=0)
@@ -75,6 +76,9 @@ class PretrainConfig(BaseModel):
             value = getattr(self, name)
             if value is not None and value % world_size:
                 raise ValueError(f"{name}={value} is not divisible by the world size {world_size}")
+        if self.global_batch_size % (world_size * self.grad_accum_steps):
+            raise ValueError(f"global_batch_size={self.global_batch_size} is not divisible by the world size "
+                             f"{world_size} times grad_accum_steps={self.grad_accum_steps}")
 
     @property
     def epochs_per_iteration(self) -> int:

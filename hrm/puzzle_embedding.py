@@ -10,13 +10,16 @@ Sign-SGD with decoupled weight decay, per unique id u of the (global) batch:
     table[u] <- table[u] * (1 - lr * weight_decay) - lr * sign(g_u)
 Under torch.distributed (NCCL or gloo) the (ids, gradients) of all ranks are all-gathered first,
 so every rank applies the same update and the replicated tables stay identical. Every rank must
-use the same local batch size.
+use the same local batch size. Gradient accumulation works the same way within a rank: every
+training lookup since the last ``zero_grad`` joins the step (micro-batches in order), so k
+micro-batches update the table exactly as k ranks would.
 
 Public API
 ----------
 ``PuzzleEmbedding(num_identifiers, ndim)``    forward(ids [B]) -> rows [B, ndim] (float32);
-                                              ``table`` buffer; ``batch_rows``/``batch_ids`` after
-                                              a training forward.
+                                              ``table`` buffer; ``batch_rows``/``batch_ids`` of
+                                              the latest training forward, ``lookups`` all of
+                                              them since the optimizer's last zero_grad.
 ``PuzzleSignSGD(embedding, lr=1e-2, weight_decay=0.1)``  a torch Optimizer (param_groups[0]["lr"]
                                               is what a schedule sets); step(), zero_grad().
 """
@@ -33,6 +36,7 @@ class PuzzleEmbedding(nn.Module):
         self.register_buffer("table", torch.zeros(num_identifiers, ndim))
         self.batch_rows: torch.Tensor | None = None
         self.batch_ids: torch.Tensor | None = None
+        self.lookups: list[tuple[torch.Tensor, torch.Tensor]] = []   # (rows, ids) per training forward
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = self.table[ids.long()]
@@ -41,6 +45,7 @@ class PuzzleEmbedding(nn.Module):
             # the sparse optimizer needs, and the table itself never enters autograd.
             rows.requires_grad_(True)
             self.batch_rows, self.batch_ids = rows, ids
+            self.lookups.append((rows, ids))
         return rows
 
 
@@ -61,10 +66,12 @@ class PuzzleSignSGD(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        rows = self.embedding.batch_rows
-        if rows is None or rows.grad is None:
+        # Every lookup whose rows received a gradient (several under gradient accumulation).
+        done = [(rows.grad, ids.long()) for rows, ids in self.embedding.lookups if rows.grad is not None]
+        if not done:
             return None  # no training forward/backward since the last step: nothing to update
-        grads, ids = rows.grad, self.embedding.batch_ids.long()
+        grads = torch.cat([g for g, _ in done]) if len(done) > 1 else done[0][0]
+        ids = torch.cat([i for _, i in done]) if len(done) > 1 else done[0][1]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             ids, grads = _all_gather(ids), _all_gather(grads)
         unique_ids, slot = torch.unique(ids, return_inverse=True)
@@ -77,9 +84,8 @@ class PuzzleSignSGD(torch.optim.Optimizer):
         return None
 
     def zero_grad(self, set_to_none: bool = True):
-        rows = self.embedding.batch_rows
-        if rows is not None and rows.grad is not None:
-            if set_to_none:
-                rows.grad = None
-            else:
-                rows.grad.zero_()
+        """Forget the looked-up rows and their gradients (either way: a row kept with a zeroed
+        gradient would still be decayed by the next step)."""
+        for rows, _ in self.embedding.lookups:
+            rows.grad = None
+        self.embedding.lookups.clear()

@@ -27,7 +27,7 @@ from arc_data.dataset import EvalBatches, TrainBatches, load_split
 from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object)
 from hrm.evaluation import evaluate, to_device, write_predictions
 from hrm.loss import ACTLossHead
-from hrm.model import HRM
+from hrm.model import HRM, Carry
 from hrm.optim import AdamATan2
 from hrm.pretrain_config import PretrainConfig
 from hrm.puzzle_embedding import PuzzleSignSGD
@@ -135,8 +135,23 @@ class Trainer:
         batch = to_device(batch, info.device)
         if self.carry is None:
             self.carry = self.loss_head.initial_carry(batch)
-        self.carry, loss, metrics, _, _ = self.step_fn(self.carry, batch)
-        (loss / cfg.global_batch_size).backward()
+        # Gradient accumulation: the rank's rows in grad_accum_steps contiguous micro-batches, each
+        # with its slice of the carry; gradients (dense and puzzle rows) add up, then one update.
+        # Micro-batch j of rank r holds exactly the rows rank r*k + j of a k-times larger world
+        # would, so the update is that of world_size * grad_accum_steps ranks.
+        parts = cfg.grad_accum_steps
+        micro = batch["inputs"].shape[0] // parts
+        carries, loss, metrics = [], 0.0, {}
+        for j in range(parts):
+            rows = slice(j * micro, (j + 1) * micro) if parts > 1 else slice(None)
+            part_carry, part_loss, part_metrics, _, _ = self.step_fn(
+                self.carry.rows(rows) if parts > 1 else self.carry,
+                {k: v[rows] for k, v in batch.items()} if parts > 1 else batch)
+            (part_loss / cfg.global_batch_size).backward()
+            carries.append(part_carry)
+            loss = loss + part_loss.detach()
+            metrics = {k: metrics.get(k, 0.0) + v for k, v in part_metrics.items()}
+        self.carry = Carry.concat(carries)
         all_reduce_grads_(self.model.parameters(), info)
         grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
         if cfg.grad_clip is not None:

@@ -66,6 +66,7 @@ def test_presets_compose_and_overrides_reach_the_model(small_build):
     (["+warmup=3"], "warmup"),
     (["data_path=/nonexistent/build"], "data_path"),
     (["eval_interval=7"], "eval_interval"),
+    (["grad_accum_steps=0"], "grad_accum_steps"),
 ])
 def test_bad_config_names_the_field(small_build, overrides, field):
     from pydantic import ValidationError
@@ -80,6 +81,9 @@ def test_bad_config_names_the_field(small_build, overrides, field):
 def test_batch_not_divisible_by_world_size_is_refused(small_build, tmp_path):
     cfg = micro_config(small_build, tmp_path, global_batch_size=9)
     with pytest.raises(ValueError, match="global_batch_size=9 is not divisible by the world size 2"):
+        cfg.check_world_size(2)
+    cfg = micro_config(small_build, tmp_path, global_batch_size=8, grad_accum_steps=3)
+    with pytest.raises(ValueError, match="not divisible by the world size 2 times grad_accum_steps=3"):
         cfg.check_world_size(2)
 
 
@@ -221,3 +225,14 @@ def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, 
     assert losses_by_step(two).keys() == losses_by_step(one).keys()
     for step, loss in losses_by_step(one).items():
         assert losses_by_step(two)[step] == pytest.approx(loss, rel=1e-4)
+
+    # Gradient accumulation: one process, two micro-batches of 4 rows, each with its slice of the
+    # carry, is the two-rank run (same rows per micro-batch as per rank, gradients of two terms
+    # added, puzzle rows gathered in the same order): the same weights and losses, bit for bit.
+    accum = tmp_path / "accum"
+    subprocess.run(pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2"), env=env, check=True,
+                   capture_output=True)
+    accumulated = torch.load(accum / "step_4" / "model.pt", weights_only=True)["state"]
+    for key in rank0:
+        assert torch.equal(accumulated[key], rank0[key]), key
+    assert losses_by_step(accum) == losses_by_step(two)
