@@ -67,11 +67,11 @@ class PuzzleSignSGD(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         # Every lookup whose rows received a gradient (several under gradient accumulation).
-        done = [(rows.grad, ids.long()) for rows, ids in self.embedding.lookups if rows.grad is not None]
+        done = [(rows, ids) for rows, ids in self.embedding.lookups if rows.grad is not None]
         if not done:
             return None  # no training forward/backward since the last step: nothing to update
-        grads = torch.cat([g for g, _ in done]) if len(done) > 1 else done[0][0]
-        ids = torch.cat([i for _, i in done]) if len(done) > 1 else done[0][1]
+        grads = torch.cat([rows.grad for rows, _ in done])
+        ids = torch.cat([ids for _, ids in done]).long()
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             ids, grads = _all_gather(ids), _all_gather(grads)
         unique_ids, slot = torch.unique(ids, return_inverse=True)

@@ -143,10 +143,9 @@ class Trainer:
         micro = batch["inputs"].shape[0] // parts
         carries, loss, metrics = [], 0.0, {}
         for j in range(parts):
-            rows = slice(j * micro, (j + 1) * micro) if parts > 1 else slice(None)
+            rows = slice(j * micro, (j + 1) * micro)
             part_carry, part_loss, part_metrics, _, _ = self.step_fn(
-                self.carry.rows(rows) if parts > 1 else self.carry,
-                {k: v[rows] for k, v in batch.items()} if parts > 1 else batch)
+                self.carry.rows(rows), {k: v[rows] for k, v in batch.items()})
             (part_loss / cfg.global_batch_size).backward()
             carries.append(part_carry)
             loss = loss + part_loss.detach()

@@ -57,18 +57,18 @@ def make_batch(size: int, device: torch.device, generator: torch.Generator):
             "puzzle_identifiers": ids.to(device)}
 
 
-def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, warmup: int,
-          compile_model: bool) -> dict:
+def training_step(arch: ArchConfig, batch: dict, device: torch.device, compile_model: bool = False):
+    """The benchmarked step for ``arch`` on a fixed batch: returns (step(carry) -> carry, the
+    initial carry, the model). Weights from seed 0."""
     torch.manual_seed(0)
     model = HRM(arch, VOCAB, SEQ_LEN, NUM_PUZZLES, verbose=False).to(device)
     head = ACTLossHead(model).train()
     dense = AdamATan2(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
     sparse = PuzzleSignSGD(model.puzzle_embedding, lr=1e-2, weight_decay=0.1)
     forward = torch.compile(head) if compile_model else head
-    batch = make_batch(batch_size, device, torch.Generator().manual_seed(0))
-    carry = head.initial_carry(batch)
+    batch_size = batch["inputs"].shape[0]
 
-    def train_step(carry):
+    def step(carry):
         result = forward(carry, batch)
         (result.loss / batch_size).backward()
         dense.step()
@@ -76,6 +76,13 @@ def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, w
         dense.zero_grad(set_to_none=True)
         sparse.zero_grad()
         return result.carry
+    return step, head.initial_carry(batch), model
+
+
+def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, warmup: int,
+          compile_model: bool) -> dict:
+    batch = make_batch(batch_size, device, torch.Generator().manual_seed(0))
+    train_step, carry, model = training_step(arch, batch, device, compile_model)
 
     def sync():
         if device.type == "cuda":

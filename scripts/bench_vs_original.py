@@ -31,12 +31,9 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scripts.bench_model import (CPU_BENCH, NUM_PUZZLES, ORIGINAL_CPU_TOKENS_PER_S, SEQ_LEN,  # noqa: E402
-                                 VOCAB, make_batch)
+                                 VOCAB, make_batch, training_step)
 from hrm.config import ArchConfig  # noqa: E402
-from hrm.loss import ACTLossHead  # noqa: E402
-from hrm.model import HRM  # noqa: E402
 from hrm.optim import AdamATan2  # noqa: E402
-from hrm.puzzle_embedding import PuzzleSignSGD  # noqa: E402
 
 BATCH = 8
 
@@ -89,21 +86,8 @@ def original_step(checkout: str, batch: dict):
 
 
 def our_step(batch: dict):
-    torch.manual_seed(0)
-    model = HRM(ArchConfig(**CPU_BENCH), VOCAB, SEQ_LEN, NUM_PUZZLES, verbose=False)
-    head = ACTLossHead(model).train()
-    dense = AdamATan2(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    sparse = PuzzleSignSGD(model.puzzle_embedding, lr=1e-2, weight_decay=0.1)
-
-    def step(carry):
-        result = head(carry, batch)
-        (result.loss / BATCH).backward()
-        dense.step()
-        sparse.step()
-        dense.zero_grad(set_to_none=True)
-        sparse.zero_grad()
-        return result.carry
-    return step, head.initial_carry(batch)
+    step, carry, _ = training_step(ArchConfig(**CPU_BENCH), batch, torch.device("cpu"))
+    return step, carry
 
 
 def main():
