@@ -1,14 +1,17 @@
 """Where a run's numbers go: `log.jsonl` in the run folder always, W&B when configured.
 
 W&B mode `auto` goes online only when credentials exist (WANDB_API_KEY, or an api.wandb.ai entry in
-~/.netrc); otherwise it is disabled. It never prompts and never waits on the network: a run on a
-laptop or an air-gapped node just writes its log file.
+~/.netrc) and the wandb package is installed; otherwise it is disabled. It never prompts and never
+waits on the network: a run on a laptop or an air-gapped node just writes its log file. Asking for
+`online` or `offline` without the package is an error that says so.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 
@@ -22,11 +25,24 @@ def _has_wandb_credentials() -> bool:
         return False
 
 
+def _wandb_installed() -> bool:
+    return importlib.util.find_spec("wandb") is not None
+
+
 def resolve_wandb_mode(mode: str) -> str:
     if os.environ.get("WANDB_MODE") in ("online", "offline", "disabled"):
-        return os.environ["WANDB_MODE"]
-    if mode == "auto":
-        return "online" if _has_wandb_credentials() else "disabled"
+        mode = os.environ["WANDB_MODE"]
+    elif mode == "auto":
+        if not _has_wandb_credentials():
+            return "disabled"
+        if not _wandb_installed():
+            print("[hrm] W&B credentials found but the wandb package is not installed: logging to log.jsonl only",
+                  file=sys.stderr, flush=True)
+            return "disabled"
+        return "online"
+    if mode != "disabled" and not _wandb_installed():
+        raise ValueError(f"W&B mode {mode!r} (wandb.mode or WANDB_MODE) needs the wandb package: "
+                           "pip install wandb, or set wandb.mode=disabled")
     return mode
 
 
@@ -43,11 +59,11 @@ class RunLog:
     def __init__(self, run_dir: Path, *, project: str, run_name: str, config: dict, wandb_mode: str,
                  entity: str | None = None, append: bool = False):
         """`append`: a resumed run continues its log; a fresh run starts a new one."""
+        mode = resolve_wandb_mode(wandb_mode)  # first: a bad mode leaves no folder behind
         self.path = Path(run_dir) / "log.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.file = open(self.path, "a" if append else "w")
         self.wandb = None
-        mode = resolve_wandb_mode(wandb_mode)
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
             import wandb

@@ -31,7 +31,7 @@ from hrm.model import HRM, Carry
 from hrm.optim import AdamATan2
 from hrm.pretrain_config import PretrainConfig
 from hrm.puzzle_embedding import PuzzleSignSGD
-from hrm.run_log import RunLog
+from hrm.run_log import RunLog, resolve_wandb_mode
 from hrm.train_checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
 
 
@@ -70,6 +70,8 @@ class Trainer:
     def __post_init__(self):
         cfg, info = self.config, self.info
         cfg.check_world_size(info.world_size)
+        # W&B settings are checked before any work (a missing wandb package is named here).
+        self.wandb_mode = resolve_wandb_mode(cfg.wandb.mode) if info.is_main else "disabled"
         self.train_split = load_split(cfg.data_path, "train")
         self.test_split = load_split(cfg.data_path, "test")
         meta = self.train_split.metadata
@@ -122,7 +124,7 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(self.resolved_config, sort_keys=False))
             self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name, config=self.resolved_config,
-                              wandb_mode=cfg.wandb.mode, entity=cfg.wandb.entity,
+                              wandb_mode=self.wandb_mode, entity=cfg.wandb.entity,
                               append=bool(cfg.resume))
             n_params = sum(p.numel() for p in self.model.parameters())
             self.log.log({"num_params": n_params, **{f"scaling/{m}/{k}": v for m, s in self.model.scaling.items()

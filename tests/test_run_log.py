@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 from hrm.run_log import resolve_wandb_mode
 
@@ -34,3 +36,18 @@ def test_offline_run_logs_without_prompting_or_network(tmp_path):
     assert (tmp_path / "run" / "wandb").is_dir()
     record = json.loads((tmp_path / "run" / "log.jsonl").read_text())
     assert record == {"step": 3, "train/loss": 1.5, "bad": "nan"}
+
+
+def test_without_the_wandb_package_auto_disables_and_explicit_modes_say_why(monkeypatch):
+    import hrm.run_log as run_log
+    monkeypatch.setattr(run_log, "_wandb_installed", lambda: False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert resolve_wandb_mode("auto") == "disabled"
+    assert resolve_wandb_mode("disabled") == "disabled"
+    for mode in ("online", "offline"):
+        with pytest.raises(ValueError, match=f"'{mode}'.*pip install wandb"):
+            resolve_wandb_mode(mode)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    with pytest.raises(ValueError, match="WANDB_MODE"):
+        resolve_wandb_mode("disabled")
