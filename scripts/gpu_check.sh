@@ -17,6 +17,8 @@
 #
 #   bash scripts/gpu_check.sh
 #   WHEELS=.gpu-wheels STEPS=300 BATCH=384 bash scripts/gpu_check.sh
+#   BUDGET=540 bash scripts/gpu_check.sh      # stop starting phases when 540 s are spent
+#   ONLY="deeploop torchrun" bash scripts/gpu_check.sh    # what a budget skipped, in a second go
 #
 # Budget (estimate, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 96 is ~48
 # TFLOP per step, ~0.2 s at 25% MFU on an H200; 200 steps and one torch.compile (~1-2 min) per
@@ -51,10 +53,26 @@ if [ -n "${OUT:-}" ]; then
 fi
 
 failed=()
-# phase NAME SECONDS COMMAND...: run COMMAND under a time limit, note a failure, go on.
+skipped=()
+BUDGET=${BUDGET:-0}   # seconds for the whole check (0: no limit); a phase gets what is left of it
+ONLY=${ONLY:-}        # space-separated phase keys to run (default all): model tests v1 adam smoke deeploop torchrun
+# phase KEY NAME SECONDS COMMAND...: run COMMAND under a time limit (cut to the budget left), note a
+# failure, go on. A phase outside ONLY, or with under 60 s of budget left, is skipped and named.
 phase() {
-    local name=$1 limit=$2
-    shift 2
+    local key=$1 name=$2 limit=$3
+    shift 3
+    if [ -n "$ONLY" ] && [[ " $ONLY " != *" $key "* ]]; then
+        return 0
+    fi
+    if [ "$BUDGET" -gt 0 ]; then
+        local left=$((BUDGET - SECONDS))
+        if [ $left -lt 60 ]; then
+            echo "{\"phase\": \"$name\", \"skipped\": \"budget: ${left} s left\"}"
+            [[ " ${skipped[*]} " == *" $key "* ]] || skipped+=("$key")
+            return 0
+        fi
+        [ $left -lt "$limit" ] && limit=$left
+    fi
     echo "{\"phase\": \"$name\", \"elapsed_s\": $SECONDS}"
     timeout --kill-after 10 "$limit" "$@"
     local rc=$?
@@ -81,41 +99,41 @@ PY
 # The fused AdamATan2 kernel builds on the CPUs while the GPU phases run.
 ADAM_SDIST=$(ls "${WHEELS:-/nonexistent}"/adam_atan2-*.tar.gz 2>/dev/null | head -n 1)
 ADAM_PID=
-if [ -n "$ADAM_SDIST" ] && command -v nvcc >/dev/null && ! $PY -c 'import torch, adam_atan2_backend' 2>/dev/null; then
+if [ -n "$ADAM_SDIST" ] && { [ -z "$ONLY" ] || [[ " $ONLY " == *" adam "* ]]; } && command -v nvcc >/dev/null && ! $PY -c 'import torch, adam_atan2_backend' 2>/dev/null; then
     echo "{\"adam_atan2_build\": \"started\", \"elapsed_s\": $SECONDS}"
-    (MAX_JOBS=4 $PY -m pip install --no-index --no-build-isolation --no-deps "$ADAM_SDIST" \
+    (MAX_JOBS=4 timeout 400 $PY -m pip install --no-index --no-build-isolation --no-deps "$ADAM_SDIST" \
         > "$LOGS/adam_atan2_build.log" 2>&1; echo "{\"adam_atan2_build_rc\": $?, \"elapsed_s\": $SECONDS}") &
     ADAM_PID=$!
 fi
 
-phase "bench_model hrm_v1" 150 $PY scripts/bench_model.py "${MODEL_BENCH[@]}"
+phase model "bench_model hrm_v1" 150 $PY scripts/bench_model.py "${MODEL_BENCH[@]}"
 
-phase "gpu tests" 300 $PY -m pytest -q -rs tests/test_gpu.py tests/test_model_layers.py::test_flash_and_sdpa_agree_on_gpu
+phase tests "gpu tests" 300 $PY -m pytest -q -rs tests/test_gpu.py tests/test_model_layers.py::test_flash_and_sdpa_agree_on_gpu
 
-phase "bench_train hrm_v1" 300 $PY scripts/bench_train.py --config $V1 --device $DEVICE --data "$DATA" \
+phase v1 "bench_train hrm_v1" 300 $PY scripts/bench_train.py --config $V1 --device $DEVICE --data "$DATA" \
     --batch "$BATCH" --steps "$STEPS" --warmup 5 $COMPILE
 
 if [ -n "$ADAM_PID" ]; then
     wait "$ADAM_PID"
     tail -n 5 "$LOGS/adam_atan2_build.log"
 fi
-phase "fused AdamATan2 test" 120 $PY -m pytest -q -rs tests/test_model_optim.py::test_fused_kernel_matches_fallback_on_gpu
+phase adam "fused AdamATan2 test" 120 $PY -m pytest -q -rs tests/test_model_optim.py::test_fused_kernel_matches_fallback_on_gpu
 
 # Train, evaluate, checkpoint and resume on CUDA, then vote: the pieces the benchmarks skip.
 # Eager (compile=false): the benchmarks already cover torch.compile, and its wait is long.
-rm -rf "$RUN"
+[ -n "$ONLY" ] && [[ " $ONLY " != *" smoke "* ]] || rm -rf "$RUN"
 SMOKE="arch=hrm_tiny data_path=$DATA global_batch_size=$SMOKE_BATCH epochs=1000 eval_interval=1000 compile=false
        device=$DEVICE checkpoint_path=$RUN"
-phase "pretrain smoke" 120 $PY pretrain.py $SMOKE max_steps=$SMOKE_STEPS
-phase "pretrain resume" 120 $PY pretrain.py $SMOKE max_steps=$((SMOKE_STEPS * 3 / 2)) resume=latest
-phase "vote" 120 $PY evaluate/vote.py --predictions "$RUN/predictions/$(cat "$RUN/latest")" --data "$DATA" --K 1 2 10
+phase smoke "pretrain smoke" 120 $PY pretrain.py $SMOKE max_steps=$SMOKE_STEPS
+phase smoke "pretrain resume" 120 $PY pretrain.py $SMOKE max_steps=$((SMOKE_STEPS * 3 / 2)) resume=latest
+phase smoke "vote" 120 $PY evaluate/vote.py --predictions "$RUN/predictions/$(cat "$RUN/latest" 2>/dev/null)" --data "$DATA" --K 1 2 10
 
-phase "bench_train hrm_deeploop" 300 $PY scripts/bench_train.py --config $DEEPLOOP --device $DEVICE --data "$DATA" \
+phase deeploop "bench_train hrm_deeploop" 300 $PY scripts/bench_train.py --config $DEEPLOOP --device $DEVICE --data "$DATA" \
     --batch "$BATCH" --steps "$STEPS" --warmup 5 $COMPILE
 
 if [ -z "${REHEARSE:-}" ] && [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
     rm -rf checkpoints/gpu-check-2proc
-    phase "torchrun 2 processes" 300 $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py \
+    phase torchrun "torchrun 2 processes" 300 $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py \
         arch=hrm_deeploop data_path="$DATA" global_batch_size=64 epochs=1 eval_interval=1 max_steps=20 \
         checkpoint_path=checkpoints/gpu-check-2proc eval_batch_size=256
 else
@@ -124,5 +142,6 @@ fi
 
 names=$(printf '"%s", ' "${failed[@]}")
 [ ${#failed[@]} -eq 0 ] && names=
-echo "{\"phase\": \"done\", \"elapsed_s\": $SECONDS, \"failed\": [${names%, }]}"
+left=$(printf '%s ' "${skipped[@]}")
+echo "{\"phase\": \"done\", \"elapsed_s\": $SECONDS, \"failed\": [${names%, }], \"skipped_for_budget\": \"${left% }\"}"
 [ ${#failed[@]} -eq 0 ]

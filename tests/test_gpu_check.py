@@ -43,14 +43,22 @@ def test_rehearsal_runs_every_phase(small_build, tmp_path):
 
 
 def test_a_failing_phase_is_reported_and_the_rest_still_run(small_build, tmp_path):
-    # A data folder without a test split: the smoke run and the vote fail; the others still run.
+    # A data folder without a test split: the trainer-based phases fail, one after the other.
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in ("identifiers.json", "manifest.json"):
         (broken / name).write_bytes((small_build / name).read_bytes())
     (broken / "train").symlink_to(small_build / "train")
-    proc, records, _ = run_check(tmp_path, broken)
+    proc, records, _ = run_check(tmp_path, broken, ONLY="v1 smoke deeploop")
     assert proc.returncode == 1
-    assert records[-1]["phase"] == "done"
-    assert set(records[-1]["failed"]) >= {"pretrain smoke", "vote"}
-    assert "bench_train hrm_deeploop" in [r.get("phase") for r in records]
+    started = [r["phase"] for r in records if "elapsed_s" in r]
+    assert started == ["bench_train hrm_v1", "pretrain smoke", "pretrain resume", "vote",
+                       "bench_train hrm_deeploop", "done"]
+    assert records[-1]["failed"] == started[:-1]
+
+
+def test_a_spent_budget_skips_phases_and_names_them(small_build, tmp_path):
+    proc, records, _ = run_check(tmp_path, small_build, BUDGET="1")
+    assert proc.returncode == 0
+    assert [r["phase"] for r in records if "elapsed_s" in r] == ["done"]
+    assert records[-1]["skipped_for_budget"] == "model tests v1 adam smoke deeploop"
