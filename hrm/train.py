@@ -154,9 +154,10 @@ class Trainer:
             metrics = {k: metrics.get(k, 0.0) + v for k, v in part_metrics.items()}
         self.carry = Carry.concat(carries)
         all_reduce_grads_(self.model.parameters(), info)
-        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
-        if cfg.grad_clip is not None:
-            torch.nn.utils.clip_grads_with_norm_(self.model.parameters(), cfg.grad_clip, grad_norm)
+        # The global gradient norm (logged, and checked for divergence); with grad_clip null the
+        # infinite bound scales by exactly 1. (clip_grad_norm_ rather than get_total_norm: torch 2.4.)
+        max_norm = cfg.grad_clip if cfg.grad_clip is not None else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
         keys = sorted(metrics)
         reduced = torch.stack([loss.detach().double()] + [metrics[k].double() for k in keys])

@@ -236,3 +236,22 @@ def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, 
     for key in rank0:
         assert torch.equal(accumulated[key], rank0[key]), key
     assert losses_by_step(accum) == losses_by_step(two)
+
+
+def test_grad_norm_is_the_unclipped_norm_and_grad_clip_bounds_what_the_optimizer_sees(small_build, tmp_path):
+    seen, logged = {}, {}
+    for clip in (None, 1e-3):
+        trainer = Trainer(micro_config(small_build, tmp_path / str(clip), grad_clip=clip), CPU, progress=False)
+        dense = trainer.optimizers["dense"]
+        step = dense.step
+
+        def spy(step=step, model=trainer.model, clip=clip):
+            norms = [p.grad.double().norm() for p in model.parameters() if p.grad is not None]
+            seen[clip] = torch.stack(norms).norm().item()
+            return step()
+        dense.step = spy
+        logged[clip] = trainer.train_step(next(trainer.reader.iteration_batches()))["train/grad_norm"]
+    assert logged[None] > 1e-2                                     # so the clip bites
+    assert seen[None] == pytest.approx(logged[None], rel=1e-5)     # unclipped: the optimizer sees it all
+    assert logged[1e-3] == pytest.approx(logged[None], rel=1e-5)   # the log keeps the unclipped norm
+    assert seen[1e-3] == pytest.approx(1e-3, rel=1e-3)
