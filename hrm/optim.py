@@ -68,6 +68,17 @@ class AdamATan2(torch.optim.Optimizer):
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
 
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        # torch leaves a loaded "step" where it was loaded (the CPU, for checkpoints read with
+        # map_location="cpu"); the fused kernel dereferences it on the parameter's device, and the
+        # fallback reads it there without a host sync. Put it back beside its parameter.
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state.get(p)
+                if state and "step" in state:
+                    state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None

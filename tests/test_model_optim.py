@@ -82,6 +82,21 @@ def test_state_dict_round_trip():
     assert torch.equal(fresh.state[p]["exp_avg"], opt.state[p]["exp_avg"])
 
 
+def test_loaded_step_counter_lives_beside_its_parameter():
+    """A checkpoint read with map_location="cpu" into parameters on another device (the meta
+    device stands in for CUDA here): the step counter follows its parameter, where the fused kernel
+    dereferences it; torch's own load_state_dict would leave it on the CPU."""
+    p = torch.nn.Parameter(torch.randn(4))
+    opt = AdamATan2([p], lr=0.01)
+    p.grad = torch.randn(4)
+    opt.step()
+    q = torch.nn.Parameter(torch.empty(4, device="meta"))
+    moved = AdamATan2([q], lr=0.01)
+    moved.load_state_dict(opt.state_dict())
+    assert {k: (v.device.type, v.dtype) for k, v in moved.state[q].items()} == {
+        "step": ("meta", torch.float32), "exp_avg": ("meta", torch.float32), "exp_avg_sq": ("meta", torch.float32)}
+
+
 @pytest.mark.parametrize("kwargs, message", [(dict(lr=-1.0), "lr"), (dict(betas=(1.0, 0.9)), "betas"),
                                              (dict(weight_decay=-0.1), "weight_decay")])
 def test_invalid_hyperparameters(kwargs, message):
@@ -92,14 +107,24 @@ def test_invalid_hyperparameters(kwargs, message):
 @pytest.mark.skipif(not (torch.cuda.is_available() and fused_backend_available()),
                     reason="needs CUDA and the adam_atan2 backend")
 def test_fused_kernel_matches_fallback_on_gpu():
+    """Ten steps of the fused kernel equal the fallback's; halfway the fused optimizer is saved,
+    read back with map_location="cpu" (as checkpoints are) and continued."""
+    import io
     torch.manual_seed(0)
     fused_p = torch.nn.Parameter(torch.randn(1000, device="cuda"))
     ref_p = torch.nn.Parameter(fused_p.detach().cpu().clone())
     fused = AdamATan2([fused_p], lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     ref = AdamATan2([ref_p], lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    for _ in range(10):
+    for i in range(10):
+        if i == 5:
+            buffer = io.BytesIO()
+            torch.save(fused.state_dict(), buffer)
+            buffer.seek(0)
+            fused = AdamATan2([fused_p], lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+            fused.load_state_dict(torch.load(buffer, map_location="cpu", weights_only=True))
         grad = torch.randn(1000) * 1e-3
         fused_p.grad, ref_p.grad = grad.cuda(), grad.clone()
         fused.step()
         ref.step()
     assert torch.allclose(fused_p.cpu(), ref_p, atol=1e-6)
+    assert fused.state[fused_p]["step"].item() == 10
