@@ -103,11 +103,16 @@ def test_float32_training_step_on_gpu_matches_cpu():
         assert_close(gpu[key], cpu[key], 1e-4, key)
     for name, grad in cpu["grads"].items():
         assert_close(gpu["grads"][name], grad, 1e-3, f"gradient of {name}")
-    # AdamATan2's first step moves every weight by ~lr*sign(g): compare in units of lr.
-    for name, weight in cpu["weights"].items():
-        if name != "puzzle_embedding.table":  # sign-SGD flips on gradients at round-off level
-            error = (gpu["weights"][name] - weight).abs().max().item()
-            assert error <= 1e-5, f"updated {name}: max difference {error:.2e}"
+    # AdamATan2's first step moves a weight by lr*atan2(0.1*g, |g|) = ±lr*atan(0.1) whatever |g|,
+    # so a gradient at round-off level may flip either way: compare where the gradient is clear.
+    # (Buffers stay as they were; the puzzle table's sign-SGD flips the same way.)
+    parameters = [name for name in cpu["grads"] if name in cpu["weights"]]
+    assert len(parameters) == len(cpu["grads"]) - 1       # all but the puzzle rows
+    for name in parameters:
+        grad = cpu["grads"][name]
+        clear = grad.abs() > 1e-3 * grad.abs().max()
+        error = (gpu["weights"][name] - cpu["weights"][name]).abs()[clear].max().item() if clear.any() else 0.0
+        assert error <= 1e-5, f"updated {name}: max difference {error:.2e}"
 
 
 def test_bfloat16_forward_on_gpu_tracks_float32():
