@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
-# GPU check (one H200 or any CUDA GPU; aims at well under 10 minutes, ~5 without the compile
-# waits), installing nothing from the network. Phases, most important first, each one bounded by a
-# timeout and run even when an earlier one failed (a one-shot GPU lease should bring back all it can):
-#   1. bench_model hrm_v1      the model-only training step, eager bf16 (issue 3's GPU line)
-#   2. GPU tests               tests/test_gpu.py (CUDA vs CPU step, SDPA vs reference, bf16,
-#                              torch.compile vs eager) and flash-attn vs SDPA (skips without flash_attn)
-#   3. bench_train hrm_v1      the training loop, bf16 + torch.compile: tokens/s, MFU, peak memory
-#   4. fused AdamATan2 test    when the adam-atan2 source archive came in $WHEELS and nvcc is
-#                              there, it is built in the background from the start
-#   5. pretrain smoke          pretrain.py on CUDA (hrm_tiny): train, evaluate, checkpoint, resume,
-#                              then evaluate/vote.py on its predictions
-#   6. bench_train hrm_deeploop
-#   7. 2-process torchrun      only with two GPUs (NCCL wants one GPU per rank)
+# GPU check (one H200 or any CUDA GPU), installing nothing from the network. By default the short
+# check: a few hundred bf16 + torch.compile training steps of hrm_v1 and of hrm_deeploop on a small
+# build (tokens/s, MFU, peak memory), and a 2-process torchrun run when two GPUs are there. FULL=1
+# adds the checks a new GPU machine (or a change to CUDA paths) deserves. Phases, in this order, each
+# bounded by a timeout and run even when an earlier one failed (a one-shot GPU lease should bring
+# back all it can); [full] marks the FULL=1 ones:
+#   model     [full] bench_model.py hrm_v1: the model-only training step, eager bf16 (issue 3)
+#   tests     [full] tests/test_gpu.py (CUDA step = CPU step, SDPA vs a float64 reference, bf16,
+#                    torch.compile vs eager) and flash-attn vs SDPA (skips without flash_attn)
+#   v1             bench_train.py hrm_v1: the training loop, bf16 + torch.compile
+#   adam      [full] fused AdamATan2 against our fallback; built in the background from the start,
+#                    when the adam-atan2 source archive came in $WHEELS and nvcc is there
+#   smoke     [full] pretrain.py on CUDA (hrm_tiny): train, evaluate, checkpoint, resume; then vote
+#   deeploop       bench_train.py hrm_deeploop, as v1
+#   torchrun       2 processes of pretrain.py, only with two GPUs (NCCL wants one GPU per rank)
 # Results are JSON lines on stdout; with $OUT set (a device tool's output folder) the log goes there
 # too. The exit status is 1 when any phase failed, and the last line names them.
 #
 #   bash scripts/gpu_check.sh
 #   WHEELS=.gpu-wheels STEPS=300 BATCH=384 bash scripts/gpu_check.sh
-#   BUDGET=540 bash scripts/gpu_check.sh      # stop starting phases when 540 s are spent
+#   FULL=1 BUDGET=540 bash scripts/gpu_check.sh     # stop starting phases when 540 s are spent
 #   ONLY="deeploop torchrun" bash scripts/gpu_check.sh    # what a budget skipped, in a second go
 #
-# Budget (estimate, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 96 is ~48
-# TFLOP per step, ~0.2 s at 25% MFU on an H200; 200 steps and one torch.compile (~1-2 min) per
-# config. Memory (also an estimate, eager bf16): ~2.2 GB of saved activations per 96 rows per
+# Time (estimates, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 96 is ~48
+# TFLOP per step, ~0.2 s at 25% MFU on an H200; 200 steps and one torch.compile (~1-2 min; tracing
+# hrm_v1's step alone took ~50 s on a 2-core VM) per config: ~4 minutes by default, ~9 with FULL=1
+# (the compile test and the smoke runs are most of the difference). Memory (also an estimate, eager bf16): ~2.2 GB of saved activations per 96 rows per
 # gradient-visible block visit, 8 visits: ~17 GB at batch 96, ~140 GB at 768 (an H200 holds 141 GB).
 # The JSON reports the peak.
 #
@@ -55,15 +58,22 @@ fi
 failed=()
 skipped=()
 BUDGET=${BUDGET:-0}   # seconds for the whole check (0: no limit); a phase gets what is left of it
-ONLY=${ONLY:-}        # space-separated phase keys to run (default all): model tests v1 adam smoke deeploop torchrun
+FULL=${FULL:-}        # non-empty: the [full] phases too
+ONLY=${ONLY:-}        # space-separated phase keys to run instead: model tests v1 adam smoke deeploop torchrun
+wanted() {            # wanted KEY: is this phase to run?
+    if [ -n "$ONLY" ]; then
+        [[ " $ONLY " == *" $1 "* ]]
+    else
+        [ -n "$FULL" ] || [[ " model tests adam smoke " != *" $1 "* ]]
+    fi
+}
 # phase KEY NAME SECONDS COMMAND...: run COMMAND under a time limit (cut to the budget left), note a
-# failure, go on. A phase outside ONLY, or with under 60 s of budget left, is skipped and named.
+# failure, go on. A phase not wanted is passed over; one with under 60 s of budget left is skipped
+# and named in the summary.
 phase() {
     local key=$1 name=$2 limit=$3
     shift 3
-    if [ -n "$ONLY" ] && [[ " $ONLY " != *" $key "* ]]; then
-        return 0
-    fi
+    wanted "$key" || return 0
     if [ "$BUDGET" -gt 0 ]; then
         local left=$((BUDGET - SECONDS))
         if [ $left -lt 60 ]; then
@@ -99,7 +109,7 @@ PY
 # The fused AdamATan2 kernel builds on the CPUs while the GPU phases run.
 ADAM_SDIST=$(ls "${WHEELS:-/nonexistent}"/adam_atan2-*.tar.gz 2>/dev/null | head -n 1)
 ADAM_PID=
-if [ -n "$ADAM_SDIST" ] && { [ -z "$ONLY" ] || [[ " $ONLY " == *" adam "* ]]; } && command -v nvcc >/dev/null && ! $PY -c 'import torch, adam_atan2_backend' 2>/dev/null; then
+if [ -n "$ADAM_SDIST" ] && wanted adam && command -v nvcc >/dev/null && ! $PY -c 'import torch, adam_atan2_backend' 2>/dev/null; then
     echo "{\"adam_atan2_build\": \"started\", \"elapsed_s\": $SECONDS}"
     (MAX_JOBS=4 timeout 400 $PY -m pip install --no-index --no-build-isolation --no-deps "$ADAM_SDIST" \
         > "$LOGS/adam_atan2_build.log" 2>&1; echo "{\"adam_atan2_build_rc\": $?, \"elapsed_s\": $SECONDS}") &
@@ -121,7 +131,7 @@ phase adam "fused AdamATan2 test" 120 $PY -m pytest -q -rs tests/test_model_opti
 
 # Train, evaluate, checkpoint and resume on CUDA, then vote: the pieces the benchmarks skip.
 # Eager (compile=false): the benchmarks already cover torch.compile, and its wait is long.
-[ -n "$ONLY" ] && [[ " $ONLY " != *" smoke "* ]] || rm -rf "$RUN"
+! wanted smoke || rm -rf "$RUN"
 SMOKE="arch=hrm_tiny data_path=$DATA global_batch_size=$SMOKE_BATCH epochs=1000 eval_interval=1000 compile=false
        device=$DEVICE checkpoint_path=$RUN"
 phase smoke "pretrain smoke" 120 $PY pretrain.py $SMOKE max_steps=$SMOKE_STEPS
@@ -131,7 +141,9 @@ phase smoke "vote" 120 $PY evaluate/vote.py --predictions "$RUN/predictions/$(ca
 phase deeploop "bench_train hrm_deeploop" 300 $PY scripts/bench_train.py --config $DEEPLOOP --device $DEVICE --data "$DATA" \
     --batch "$BATCH" --steps "$STEPS" --warmup 5 $COMPILE
 
-if [ -z "${REHEARSE:-}" ] && [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+if ! wanted torchrun; then
+    :
+elif [ -z "${REHEARSE:-}" ] && [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
     rm -rf checkpoints/gpu-check-2proc
     phase torchrun "torchrun 2 processes" 300 $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py \
         arch=hrm_deeploop data_path="$DATA" global_batch_size=64 epochs=1 eval_interval=1 max_steps=20 \

@@ -13,7 +13,7 @@ from conftest import ROOT
 
 def run_check(tmp_path, data, **env):
     out = tmp_path / "out"
-    out.mkdir()
+    out.mkdir(parents=True)
     full_env = {**os.environ, "REHEARSE": "1", "PYTHON": sys.executable, "DATA": str(data), "STEPS": "1",
                 "BATCH": "4", "OUT": str(out), "RUN": str(tmp_path / "run"), **env}
     full_env.pop("WHEELS", None)
@@ -26,8 +26,8 @@ def run_check(tmp_path, data, **env):
     return proc, records, (out / "gpu_check.log").read_text()
 
 
-def test_rehearsal_runs_every_phase(small_build, tmp_path):
-    proc, records, log = run_check(tmp_path, small_build)
+def test_full_rehearsal_runs_every_phase(small_build, tmp_path):
+    proc, records, log = run_check(tmp_path, small_build, FULL="1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     phases = [r["phase"] for r in records if "phase" in r and "elapsed_s" in r]
     assert phases == ["bench_model hrm_v1", "gpu tests", "bench_train hrm_v1", "fused AdamATan2 test",
@@ -57,8 +57,17 @@ def test_a_failing_phase_is_reported_and_the_rest_still_run(small_build, tmp_pat
     assert records[-1]["failed"] == started[:-1]
 
 
+def test_the_default_check_is_the_two_training_benchmarks(small_build, tmp_path):
+    proc, records, _ = run_check(tmp_path, small_build)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert [r["phase"] for r in records if "elapsed_s" in r] == ["bench_train hrm_v1", "bench_train hrm_deeploop",
+                                                                 "done"]
+    assert [r["config"] for r in records if "tokens_per_s" in r] == ["hrm_tiny", "hrm_tiny"]
+
+
 def test_a_spent_budget_skips_phases_and_names_them(small_build, tmp_path):
-    proc, records, _ = run_check(tmp_path, small_build, BUDGET="1")
-    assert proc.returncode == 0
-    assert [r["phase"] for r in records if "elapsed_s" in r] == ["done"]
-    assert records[-1]["skipped_for_budget"] == "model tests v1 adam smoke deeploop"
+    for full, skipped in (("", "v1 deeploop"), ("1", "model tests v1 adam smoke deeploop")):
+        proc, records, _ = run_check(tmp_path / f"full{full}", small_build, BUDGET="1", FULL=full)
+        assert proc.returncode == 0
+        assert [r["phase"] for r in records if "elapsed_s" in r] == ["done"]
+        assert records[-1]["skipped_for_budget"] == skipped
