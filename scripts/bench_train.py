@@ -56,9 +56,14 @@ def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, com
         trainer.loss_head.train()
         batches = trainer.reader.iteration_batches()
         sync = torch.cuda.synchronize if info.device.type == "cuda" else (lambda: None)
-        for _ in range(warmup):
+        start = time.perf_counter()
+        for i in range(warmup):
             trainer.train_step(next(batches))
+            if i == 0:
+                sync()
+                first_step_s = time.perf_counter() - start  # with --compile: mostly the compile wait
         sync()
+        warmup_s = time.perf_counter() - start
         if info.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
@@ -71,6 +76,7 @@ def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, com
     fpt = flops_per_token(trainer.model.arch, seq_len, trainer.train_split.metadata.vocab_size)
     result = {"config": config_name, "device": str(info.device), "dtype": str(trainer.model.compute_dtype(info.device)),
               "threads": torch.get_num_threads(), "batch": batch, "steps": steps, "compiled": bool(compile_model),
+              "first_step_s": round(first_step_s, 2) if warmup else None, "warmup_s": round(warmup_s, 2),
               "steps_per_s": round(steps / seconds, 4), "tokens_per_s": round(tokens_per_s, 1),
               "flops_per_token": round(fpt), "achieved_tflops": round(fpt * tokens_per_s / 1e12, 3)}
     if info.device.type == "cuda":
