@@ -91,15 +91,27 @@ def check_build(build: Path, expected_digest: str) -> None:
 
 
 # ----------------------------------------------------------------------------- subprocesses
-def thread_env(threads: int | None) -> dict:
+def thread_env(threads: int | None, extra: dict | None = None) -> dict:
     """Environment for a child: the repository importable, and a fixed thread count. On a shared
     machine torch's default (all cores) oversubscribes badly: we measured a 5x slower training step
-    with 2 threads next to another busy process than with 1."""
+    with 2 threads next to another busy process than with 1. ``extra``: more variables (a GPU)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     env.setdefault("WANDB_MODE", "disabled")
+    env.update(extra or {})
     return env
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them for a child: the entries of
+    our own CUDA_VISIBLE_DEVICES when it is set (a child's index 0 would be the machine's GPU 0),
+    else 0..count-1."""
+    mask = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if mask is not None:
+        return [d.strip() for d in mask.split(",") if d.strip()]
+    import torch
+    return [str(i) for i in range(torch.cuda.device_count())]
 
 
 def shell_line(cmd: list[str]) -> str:
@@ -114,16 +126,18 @@ def shell_line(cmd: list[str]) -> str:
 
 
 def run_logged(cmd: list[str], log: Path, *, step: str, threads: int | None = None,
-               allowed_codes: tuple[int, ...] = (0,)) -> tuple[int, float]:
+               allowed_codes: tuple[int, ...] = (0,), env: dict | None = None) -> tuple[int, float]:
     """Run a command from the repository root, its stdout and stderr into `log`; returns
-    (exit code, wall seconds). An exit code outside `allowed_codes` raises, naming the log."""
+    (exit code, wall seconds). An exit code outside `allowed_codes` raises, naming the log.
+    ``env``: variables set for the child on top of ours (see thread_env)."""
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(log, "w") as f:
         f.write(f"$ {shell_line(cmd)}\n")
         f.flush()
-        code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=thread_env(threads)).returncode
+        code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
+                              env=thread_env(threads, env)).returncode
     seconds = time.perf_counter() - started
     if code not in allowed_codes:
         tail = "".join(log.read_text().splitlines(keepends=True)[-15:])

@@ -9,6 +9,10 @@ per cell), a PNG in the style of Figure 6 and a markdown summary.
     python scripts/p_sweep.py --p 0.3 0.35 0.4 0.45 0.5 0.55 0.6 --seeds 0 1 2 --lr 1e-3 3e-3 \\
         --loops 2 4 --steps 300 --jobs 2 --out results/p_sweep_big
 
+GPUs: with CUDA present the runs spread over every visible GPU, one run per GPU at a time (each
+child gets CUDA_VISIBLE_DEVICES); `--gpus 0 1` picks GPUs, `--gpus none` keeps to the CPU, and a
+--jobs above the GPU count shares them in turn.
+
 Loops axis: `--loops 4` sets arch.L_cycles=4 (the low-level recurrence C_L, the loop count the
 paper's depth count N = K_H + C_L K_L sees, so raising it raises alpha); `--loops 3x4` sets
 H_cycles=3 and L_cycles=4 (H_cycles changes the unrolled depth but not N under depth_count=paper).
@@ -31,6 +35,7 @@ import csv
 import json
 import math
 import os
+import queue
 import shutil
 import sys
 import threading
@@ -45,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       last_eval, read_run_log, run_logged, shell_line, tail_mean,
-                                      train_curve)
+                                      train_curve, visible_gpus)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, FINISHED, classify_run,  # noqa: E402
                                 smoothed_min, unigram_floor)
 
@@ -150,8 +155,8 @@ def split_finished(cells: list[Cell], args, build: Path, digest: str, work: Path
     return records, todo
 
 
-def run_cell(cell: Cell, args, build: Path, digest: str, work: Path) -> dict:
-    """Train one cell (its folder wiped first) and record how it ended."""
+def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | None = None) -> dict:
+    """Train one cell (its folder wiped first), on `gpu` when given, and record how it ended."""
     cell_dir = work / cell.folder
     run_dir = cell_dir / "run"
     cmd = train_command(cell, args, build, run_dir)
@@ -159,9 +164,10 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path) -> dict:
         shutil.rmtree(cell_dir)
     check_build(build, digest)
     code, seconds = run_logged(cmd, cell_dir / "train.log", step=f"cell {cell.folder}", threads=args.threads,
-                               allowed_codes=tuple(range(256)))
+                               allowed_codes=tuple(range(256)),
+                               env={"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None)
     record = {"signature": command_signature(cmd), "digest": digest, "command": shell_line(cmd),
-              "exit_code": code, "seconds": round(seconds, 1)}
+              "exit_code": code, "seconds": round(seconds, 1), "gpu": gpu}
     tmp = cell_dir / ".cell.json.tmp"
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     os.replace(tmp, cell_dir / "cell.json")
@@ -233,7 +239,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--tasks", type=int, nargs=2, default=[8, 8], metavar=("TRAINING", "EVALUATION"),
                     help="tasks per subset in the small build (default 8 8)")
     ap.add_argument("--num-aug", type=int, default=4, help="augmentations in the small build (default 4)")
-    ap.add_argument("--jobs", type=int, help="runs at once (default 1; cpu preset 2)")
+    ap.add_argument("--jobs", type=int, help="runs at once (default: one per GPU, else 1; cpu preset 2)")
+    ap.add_argument("--gpus", nargs="+", metavar="GPU",
+                    help="GPUs the runs are spread over, each run on one (CUDA_VISIBLE_DEVICES); more --jobs than "
+                         "GPUs share them in turn (default: every visible GPU; 'none': CPU only)")
     ap.add_argument("--threads", type=int, help="torch threads per run (default: cores / jobs)")
     ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help=f"a run is trained when its final loss is below floor * (1 - margin) (default {DEFAULT_MARGIN})")
     ap.add_argument("--window", type=int, default=DEFAULT_WINDOW, help=f"last steps averaged for the final loss (default {DEFAULT_WINDOW})")
@@ -241,8 +250,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, help="output stem: writes OUT.csv, OUT.png, OUT.md (default results/p_sweep)")
     args = ap.parse_args(argv)
     preset = PRESETS.get(args.preset, {})
-    defaults = dict(p=DEFAULT_P, seeds=[0, 1, 2], lr=[1e-3], loops=None, steps=200, jobs=1, arch="hrm_tiny",
-                    out="results/p_sweep", work="checkpoints/p_sweep")
+    args.gpus = [] if args.gpus == ["none"] else (args.gpus or visible_gpus())
+    defaults = dict(p=DEFAULT_P, seeds=[0, 1, 2], lr=[1e-3], loops=None, steps=200, jobs=len(args.gpus) or 1,
+                    arch="hrm_tiny", out="results/p_sweep", work="checkpoints/p_sweep")
     for key, value in {**defaults, **preset}.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -287,27 +297,37 @@ def main(argv=None) -> int:
         print(f"p_sweep.py: error: {e}", file=sys.stderr)
         return 1
     cells = make_grid(args.p, args.seeds, args.lr, args.loop_pairs)
-    print(f"{len(cells)} cells, {args.jobs} at a time with {args.threads} thread(s) each; floor {floor:.4f} nats; "
-          f"digest {digest[:16]}...", flush=True)
+    print(f"{len(cells)} cells, {args.jobs} at a time with {args.threads} thread(s) each"
+          + (f" on GPU(s) {','.join(args.gpus)}" if args.gpus else "")
+          + f"; floor {floor:.4f} nats; digest {digest[:16]}...", flush=True)
 
     records, todo = split_finished(cells, args, build, digest, work, floor)
     if records:
         print(f"resuming: {len(records)} finished cell(s) kept, {len(todo)} to run", flush=True)
 
     lock = threading.Lock()
+    # One slot per job, each bound to a GPU (in turn when jobs outnumber GPUs); a run holds its slot.
+    slots: queue.Queue = queue.Queue()
+    for i in range(args.jobs):
+        slots.put(args.gpus[i % len(args.gpus)] if args.gpus else None)
 
     def rows_so_far() -> list[dict]:
         return [cell_row(c, records[c], work / c.folder / "run", floor, args.margin, args.window)
                 for c in cells if c in records]
 
     def one(cell: Cell) -> None:
-        record = run_cell(cell, args, build, digest, work)
+        gpu = slots.get()
+        try:
+            record = run_cell(cell, args, build, digest, work, gpu)
+        finally:
+            slots.put(gpu)
         with lock:
             records[cell] = record
             row = cell_row(cell, record, work / cell.folder / "run", floor, args.margin, args.window)
             write_csv(rows_so_far(), args.out.with_suffix(".csv"))
             print(f"[{len(records)}/{len(cells)}] p={cell.p:g} seed={cell.seed} lr={cell.lr:g} loops={cell.loops}: "
-                  f"{row['status']}, final loss {row['final_loss']:.4f} ({record['seconds']:.0f} s)", flush=True)
+                  f"{row['status']}, final loss {row['final_loss']:.4f} ({record['seconds']:.0f} s"
+                  + (f" on GPU {gpu})" if gpu is not None else ")"), flush=True)
 
     try:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:

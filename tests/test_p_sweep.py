@@ -45,6 +45,24 @@ def test_default_grid_and_cpu_preset():
     assert args.loop_pairs == [(2, 4), (3, 3)] and args.threads >= 1
 
 
+def test_gpus_default_to_the_visible_ones_and_set_the_job_count(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")   # a child's names for them are 3 and 5, not 0 and 1
+    args = p_sweep.parse_args([])
+    assert (args.gpus, args.jobs) == (["3", "5"], 2)
+    assert p_sweep.parse_args(["--jobs", "3"]).gpus == ["3", "5"]
+    assert (p_sweep.parse_args(["--gpus", "none"]).gpus, p_sweep.parse_args(["--gpus", "none"]).jobs) == ([], 1)
+    assert p_sweep.parse_args(["--gpus", "7"]).jobs == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert (p_sweep.parse_args([]).gpus, p_sweep.parse_args([]).jobs) == ([], 1)
+
+
+def test_run_logged_passes_extra_variables_to_the_child(tmp_path):
+    from scripts.experiment_tools import PYTHON, run_logged
+    cmd = [PYTHON, "-c", "import os; print('gpu', os.environ['CUDA_VISIBLE_DEVICES'], os.environ['OMP_NUM_THREADS'])"]
+    run_logged(cmd, tmp_path / "log", step="env", threads=3, env={"CUDA_VISIBLE_DEVICES": "6"})
+    assert "gpu 6 3" in (tmp_path / "log").read_text()
+
+
 def test_each_cell_trains_with_its_own_p_seed_lr_and_loops(tmp_path):
     args = p_sweep.parse_args(["--steps", "50", "--set", "arch.hidden_size=32"])
     cmd = p_sweep.train_command(Cell(0.35, 2, 3e-3, 3, 4), args, tmp_path / "build", tmp_path / "run")
@@ -111,9 +129,12 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp_path, capsys):
     out = tmp_path / "results" / "sweep"
+    # Two GPU names: CPU torch ignores CUDA_VISIBLE_DEVICES, so the runs train here all the same.
     argv = ["--data", str(small_build), "--p", "0.3", "0.5", "--seeds", "0", "--steps", "3", "--jobs", "2",
-            "--window", "2", "--work", str(tmp_path / "work"), "--out", str(out), "--set", *MICRO]
+            "--gpus", "5", "7", "--window", "2", "--work", str(tmp_path / "work"), "--out", str(out), "--set", *MICRO]
     assert p_sweep.main(argv) == 0
+    cells = [json.loads(p.read_text()) for p in sorted((tmp_path / "work").rglob("cell.json"))]
+    assert sorted(c["gpu"] for c in cells) == ["5", "7"]   # the two runs at once, one per GPU
     with open(out.with_suffix(".csv"), newline="") as f:
         reader = csv.DictReader(f)
         rows = list(reader)
