@@ -36,6 +36,11 @@ def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, 
     keys: list[str] = []
     parts: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "preds": [], "q_halt_logits": []}
     for batch in tqdm(batches, desc="eval", unit="batch", disable=not (progress and info.is_main), leave=False):
+        # The reader pads the last batch with blank rows (identifier 0) at its end: no need to run
+        # them (one is kept, so that every rank still evaluates something before the all-reduce).
+        real = int(torch.count_nonzero(batch["puzzle_identifiers"]))
+        if real < len(batch["puzzle_identifiers"]):
+            batch = {k: v[:max(real, 1)] for k, v in batch.items()}
         batch = to_device(batch, info.device)
         metrics, outputs = loss_head.evaluate(batch)
         if sums is None:

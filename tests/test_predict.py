@@ -65,3 +65,33 @@ def test_checkpoint_that_does_not_fit_the_build_is_refused(small_build, tmp_path
     assert "puzzle-embedding table has 5 rows" in err and "do not belong together" in err
     assert predict.main([f"checkpoint={tmp_path / 'nowhere'}"]) == 2
     assert predict.main(["checkpoint"]) == 2
+
+
+def test_evaluation_skips_the_padding_rows_of_a_batch():
+    """The reader pads the last batch with blank rows at its end; they are not run, and a batch of
+    padding alone still runs one row (every rank must reach the metrics all-reduce)."""
+    from hrm.distributed import DistInfo
+    from hrm.evaluation import evaluate
+
+    class RecordingHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def evaluate(self, batch):
+            n = len(batch["inputs"])
+            self.sizes.append(n)
+            real = (batch["puzzle_identifiers"] != 0).sum()
+            return {"count": real, "accuracy": real * 0.5}, {"preds": batch["inputs"], "q_halt_logits": torch.zeros(n)}
+
+    def batch(ids):
+        n = len(ids)
+        return {"inputs": torch.full((n, 900), 3, dtype=torch.uint8), "labels": torch.zeros(n, 900, dtype=torch.long),
+                "puzzle_identifiers": torch.tensor(ids, dtype=torch.int32)}
+
+    head = RecordingHead()
+    metrics, arrays = evaluate(head, [batch([5, 6, 7, 8]), batch([9, 0, 0, 0]), batch([0, 0, 0, 0])],
+                               DistInfo(0, 1, 0, torch.device("cpu")))
+    assert head.sizes == [4, 1, 1]
+    assert arrays["puzzle_identifiers"].tolist() == [5, 6, 7, 8, 9, 0]
+    assert arrays["preds"].shape == (6, 900) and metrics == {"accuracy": 0.5, "count": 5.0}
