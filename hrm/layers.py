@@ -66,13 +66,16 @@ def rms_norm_(x: torch.Tensor, eps: float) -> torch.Tensor:
     return x32 if x.dtype == torch.float32 else x32.to(x.dtype)
 
 
-def add_rms_norm(x: torch.Tensor, branch: torch.Tensor, alpha: float, eps: float) -> torch.Tensor:
+def add_rms_norm(x: torch.Tensor, branch: torch.Tensor, alpha: float | torch.Tensor, eps: float) -> torch.Tensor:
     """rms_norm(alpha * x + branch): the residual update of a post-norm block.
 
     Outside autograd ``branch`` is scratch and is overwritten. With a graph on CPU in float32
     (eager), a hand-written backward replaces autograd's chain of elementwise ops. alpha = 1 adds
-    plainly, so the published HRM is computed exactly as written.
+    plainly, so the published HRM is computed exactly as written. A 0-dim tensor alpha (what
+    ReasoningBlock passes under torch.compile) is an input of the graph rather than a constant in it.
     """
+    if isinstance(alpha, torch.Tensor):
+        return rms_norm(torch.addcmul(branch, x, alpha), eps)
     if not torch.is_grad_enabled():
         total = branch.add_(x) if alpha == 1.0 else branch.add_(x, alpha=alpha)
         return rms_norm_(total, eps)

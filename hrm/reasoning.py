@@ -35,6 +35,10 @@ class ReasoningBlock(nn.Module):
         self.mlp = SwiGLU(hidden_size, mlp_hidden)
         self.norm_eps = norm_eps
         self.alpha = float(alpha)
+        # alpha again as a tensor (not saved: it comes from the config), which is what torch.compile
+        # sees: runs that differ only in alpha (the p values of a sweep, hrm_v1 against hrm_deeploop)
+        # then trace the same graph and share the compile cache. (alpha = 1 multiplies by exactly 1.)
+        self.register_buffer("alpha_tensor", torch.tensor(self.alpha), persistent=False)
         self.prenorm_eps = prenorm_eps
         if beta != 1.0:
             with torch.no_grad():
@@ -45,7 +49,8 @@ class ReasoningBlock(nn.Module):
 
     def _add_norm(self, x: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
         """RMSNorm(alpha * x + branch); with alpha = 1 a plain add, HRM exactly as published."""
-        return add_rms_norm(x, branch, self.alpha, self.norm_eps)
+        alpha = self.alpha_tensor if torch.compiler.is_compiling() else self.alpha
+        return add_rms_norm(x, branch, alpha, self.norm_eps)
 
     def forward(self, x: torch.Tensor, rope, first_only: bool = False) -> torch.Tensor:
         """x [batch, seq, hidden] -> same; ``first_only`` returns position 0 alone ([batch, 1,

@@ -201,3 +201,31 @@ def test_scaling_printed_once_at_construction_and_returned(capsys):
     assert model.scaling == derive_scaling(arch)
     assert set(model.scaling["H"]) == {"rule", "depth_count", "M", "N", "p", "c", "d", "alpha", "beta",
                                        "loops", "layers", "eps"}
+
+
+def test_compiled_blocks_take_alpha_as_an_input_so_every_alpha_shares_one_graph():
+    """Under torch.compile alpha is a tensor input, not a constant: runs that differ only in the
+    scaling (a p sweep; hrm_v1 against hrm_deeploop) trace the same graph and reuse the compile
+    cache. The compiled block still computes RMSNorm(alpha * x + f(x)) with its own alpha."""
+    import torch._dynamo
+
+    from hrm.reasoning import ReasoningBlock
+
+    graphs = []
+
+    def recording_backend(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1))
+    for alpha in (1.0, 2.0, 4.899):
+        torch.manual_seed(0)
+        block = ReasoningBlock(16, 2, 32, 1e-5, alpha=alpha)
+        assert "alpha_tensor" not in block.state_dict()          # derived from the config, not saved
+        torch._dynamo.reset()
+        with torch.no_grad():
+            compiled = torch.compile(block, backend=recording_backend, dynamic=False)(x, None)
+            eager = block(x, None)
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+    assert len(graphs) == 3 and graphs[0] == graphs[1] == graphs[2]
