@@ -24,8 +24,8 @@
 #
 # Time (estimates, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 96 is ~48
 # TFLOP per step, ~0.2 s at 25% MFU on an H200; 200 steps and one torch.compile (~1-2 min; tracing
-# hrm_v1's step alone took ~50 s on a 2-core VM) per config: ~4 minutes by default, ~9 with FULL=1
-# (the compile test and the smoke runs are most of the difference). Memory (also an estimate, eager bf16): ~2.2 GB of saved activations per 96 rows per
+# hrm_v1's step alone took ~50 s on a 2-core VM) per config, hrm_deeploop's mostly from the compile
+# cache that hrm_v1's filled (alpha is a graph input): ~3 minutes by default, ~8 with FULL=1. Memory (also an estimate, eager bf16): ~2.2 GB of saved activations per 96 rows per
 # gradient-visible block visit, 8 visits: ~17 GB at batch 96, ~140 GB at 768 (an H200 holds 141 GB).
 # The JSON reports the peak.
 #
