@@ -124,8 +124,16 @@ phase v1 "bench_train hrm_v1" 300 $PY scripts/bench_train.py --config $V1 --devi
     --batch "$BATCH" --steps "$STEPS" --warmup 5 $COMPILE
 
 if [ -n "$ADAM_PID" ]; then
-    wait "$ADAM_PID"
-    tail -n 5 "$LOGS/adam_atan2_build.log"
+    # Wait for the build only while the budget leaves 3 minutes for what follows; the fused test
+    # skips when the package is not there.
+    while kill -0 "$ADAM_PID" 2>/dev/null && { [ "$BUDGET" -eq 0 ] || [ $((BUDGET - SECONDS)) -gt 180 ]; }; do
+        sleep 2
+    done
+    if kill -0 "$ADAM_PID" 2>/dev/null; then
+        echo '{"adam_atan2_build": "still running: not waited for (budget)"}'
+    else
+        tail -n 5 "$LOGS/adam_atan2_build.log"
+    fi
 fi
 phase adam "fused AdamATan2 test" 120 $PY -m pytest -q -rs tests/test_model_optim.py::test_fused_kernel_matches_fallback_on_gpu
 

@@ -16,7 +16,8 @@ def run_check(tmp_path, data, **env):
     out.mkdir(parents=True)
     full_env = {**os.environ, "REHEARSE": "1", "PYTHON": sys.executable, "DATA": str(data), "STEPS": "1",
                 "BATCH": "4", "OUT": str(out), "RUN": str(tmp_path / "run"), **env}
-    full_env.pop("WHEELS", None)
+    if "WHEELS" not in env:
+        full_env.pop("WHEELS", None)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], env=full_env, capture_output=True,
                           text=True, timeout=600)
     records = []
@@ -27,8 +28,19 @@ def run_check(tmp_path, data, **env):
 
 
 def test_full_rehearsal_runs_every_phase(small_build, tmp_path):
-    proc, records, log = run_check(tmp_path, small_build, FULL="1")
+    # A broken adam-atan2 archive and an nvcc that fails: the background build fails, is reported,
+    # and the fused test skips; nothing else is disturbed. (The trainer's wheels are installed here.)
+    wheels, bin_dir = tmp_path / "wheels", tmp_path / "bin"
+    wheels.mkdir()
+    bin_dir.mkdir()
+    (wheels / "adam_atan2-0.0.3.tar.gz").write_bytes(b"not an archive")
+    (bin_dir / "nvcc").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "nvcc").chmod(0o755)
+    proc, records, log = run_check(tmp_path, small_build, FULL="1", WHEELS=str(wheels),
+                                   PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    build = [r for r in records if "adam_atan2_build" in r or "adam_atan2_build_rc" in r]
+    assert build[0]["adam_atan2_build"] == "started" and build[1]["adam_atan2_build_rc"] != 0
     phases = [r["phase"] for r in records if "phase" in r and "elapsed_s" in r]
     assert phases == ["bench_model hrm_v1", "gpu tests", "bench_train hrm_v1", "fused AdamATan2 test",
                       "pretrain smoke", "pretrain resume", "vote", "bench_train hrm_deeploop", "done"]
