@@ -113,7 +113,7 @@ def visit_alignment(loss_head, batch: dict, carry=None, max_rows: int | None = N
     if max_rows is not None:
         batch = {k: v[:max_rows] for k, v in batch.items()}
         if carry is not None:
-            carry = _slice_carry(carry, max_rows)
+            carry = carry.rows(slice(0, max_rows))
     if carry is None:
         carry = loss_head.initial_carry(batch)  # the forward never mutates a given carry
     devices = [batch["inputs"].device] if batch["inputs"].is_cuda else []
@@ -140,8 +140,3 @@ def visit_alignment(loss_head, batch: dict, carry=None, max_rows: int | None = N
                          "min_alignment": min(values),
                          "mean_cosine": sum(r["mean_cosine"] for r in report.values()) / len(values)}
     return report
-
-
-def _slice_carry(carry, rows: int):
-    return type(carry)(carry.z_H[:rows], carry.z_L[:rows], carry.steps[:rows], carry.halted[:rows],
-                       {k: v[:rows] for k, v in carry.current_data.items()})

@@ -52,6 +52,9 @@ class PretrainConfig(BaseModel):
     eval_save_predictions: bool = True
     eval_batch_size: Optional[int] = Field(default=None, gt=0)
 
+    diagnostics_interval: Optional[int] = Field(default=None, gt=0)
+    diagnostics_rows: int = Field(default=8, gt=0)
+
     device: Literal["auto", "cpu", "cuda"] = "auto"
     compile: Literal["auto", True, False] = "auto"
     log_interval: int = Field(default=1, gt=0)

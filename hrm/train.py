@@ -24,6 +24,7 @@ import yaml
 from tqdm import tqdm
 
 from arc_data.dataset import EvalBatches, TrainBatches, load_split
+from hrm.diagnostics import visit_alignment
 from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object)
 from hrm.evaluation import evaluate, to_device, write_predictions
 from hrm.loss import ACTLossHead
@@ -194,6 +195,21 @@ class Trainer:
         raise TrainingDiverged(f"training diverged: {reason}; the last good checkpoint is untouched "
                                f"({self.run_dir})")
 
+    def alignment_record(self, batch: dict) -> dict:
+        """Visit alignment (hrm/diagnostics.py) on the first `diagnostics_rows` rows of this rank's
+        batch and the current carry, with the weights just updated; nothing in the training state
+        changes (weights, grads, carry, puzzle rows, random streams), so a run with diagnostics
+        trains exactly as one without. Always the eager model: it needs the hooks."""
+        report = visit_alignment(self.loss_head, to_device(batch, self.info.device), carry=self.carry,
+                                 max_rows=self.config.diagnostics_rows)
+        summary = report.pop("summary")
+        record = {"alignment/mean": summary["mean_alignment"], "alignment/min": summary["min_alignment"],
+                  "alignment_cosine/mean": summary["mean_cosine"]}
+        for name, r in report.items():
+            record[f"alignment/{name}"] = r["alignment"]
+            record[f"alignment_cosine/{name}"] = r["mean_cosine"]
+        return record
+
     # ------------------------------------------------------------------------- eval, checkpoints
     def run_evaluation(self) -> dict:
         cfg, info = self.config, self.info
@@ -235,6 +251,8 @@ class Trainer:
                             self.log.log(record, step=self.step)
                             bar.set_postfix(loss=f"{record['train/loss']:.4f}", refresh=False)
                         bar.update(1)
+                        if cfg.diagnostics_interval and self.step % cfg.diagnostics_interval == 0:
+                            self.log.log(self.alignment_record(batch), step=self.step)
                     if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0:
                         self.save()
                         saved_at = self.step

@@ -255,3 +255,27 @@ def test_grad_norm_is_the_unclipped_norm_and_grad_clip_bounds_what_the_optimizer
     assert seen[None] == pytest.approx(logged[None], rel=1e-5)     # unclipped: the optimizer sees it all
     assert logged[1e-3] == pytest.approx(logged[None], rel=1e-5)   # the log keeps the unclipped norm
     assert seen[1e-3] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_visit_alignment_diagnostics_are_logged_and_leave_training_unchanged(small_build, tmp_path):
+    plain = Trainer(micro_config(small_build, tmp_path / "plain", max_steps=3), CPU, progress=False)
+    plain.fit()
+    cfg = micro_config(small_build, tmp_path / "diag", max_steps=3, diagnostics_interval=2, diagnostics_rows=3)
+    diag = Trainer(cfg, CPU, progress=False)
+    diag.fit()
+    assert diag.history == plain.history                      # the same losses, bit for bit
+    for name, value in plain.model.state_dict().items():
+        assert torch.equal(diag.model.state_dict()[name], value), name
+    log = [json.loads(line) for line in (tmp_path / "diag" / "log.jsonl").read_text().splitlines()]
+    records = [r for r in log if "alignment/mean" in r]
+    assert [r["step"] for r in records] == [2]
+    # MICRO_ARCH: one H and one L block, so four sublayers
+    sublayers = ["H.0.attn", "H.0.mlp", "L.0.attn", "L.0.mlp"]
+    for r in records:
+        assert set(r) == {"step", "alignment/mean", "alignment/min", "alignment_cosine/mean",
+                          *(f"alignment/{s}" for s in sublayers), *(f"alignment_cosine/{s}" for s in sublayers)}
+        values = [r[f"alignment/{s}"] for s in sublayers]
+        assert all(0 < v <= 1 + 1e-9 for v in values)
+        assert r["alignment/mean"] == pytest.approx(sum(values) / 4) and r["alignment/min"] == min(values)
+    assert not any("alignment/mean" in r for r in
+                   (json.loads(line) for line in (tmp_path / "plain" / "log.jsonl").read_text().splitlines()))
