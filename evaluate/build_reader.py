@@ -141,6 +141,13 @@ def load_test_split(data_dir: Path) -> EvaluationSplit:
         for e in range(int(puzzle_idx[p]), int(puzzle_idx[p + 1])):
             inputs.append(canonical(crop(split["inputs"][e])))
             truths.append(canonical(crop(split["labels"][e])))
+            # a prediction is matched to its test input by content: two equal inputs cannot be told apart
+            for i in range(starts[-1], len(inputs) - 1):
+                if inputs[i][1] == inputs[-1][1] and np.array_equal(inputs[i][0], inputs[-1][0]):
+                    raise EvaluationInputError(
+                        f"task {name!r} of {data_dir}: test inputs {i - starts[-1]} and {len(inputs) - 1 - starts[-1]} "
+                        f"are the same grid, so a prediction cannot be assigned to one of them; voting needs "
+                        f"distinct test inputs per task")
         tasks.append(name)
         starts.append(len(inputs))
     # every puzzle of a group is a version of the group's task

@@ -66,7 +66,8 @@ def resolve_predictions(spec: str | None, checkpoints: Path = Path("checkpoints"
 
 
 def _folder(folder: Path, source: str) -> PredictionSet:
-    files = sorted(folder.glob("*.npz"))
+    # not hidden files: `.rank_<r>.tmp.npz` is a write that never finished (hrm/evaluation.py)
+    files = sorted(f for f in folder.glob("*.npz") if not f.name.startswith("."))
     if not files:
         raise EvaluationInputError(f"no .npz prediction files in {folder}")
     info = read_info(folder)

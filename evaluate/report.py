@@ -45,7 +45,7 @@ def build_report(votes: Votes, stats: PairStats, results: dict[int, dict], top: 
                 "correct_votes": int(stats.correct_votes[p]),
                 "correct_confidence": _float(stats.correct_confidence[p]),
                 "margin": _float(margin[p]),
-                "top": [{"votes": int(c.votes[g]), "confidence": float(c.confidence[g]),
+                "top": [{"votes": int(c.votes[g]), "confidence": _float(c.confidence[g]),
                          "correct": bool(votes.correct[g]), "grid": votes.grid(g).tolist()} for g in shown],
             })
         unvoted = [i for i, p in enumerate(range(lo, hi)) if stats.votes[p] == 0]

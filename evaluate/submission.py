@@ -2,9 +2,13 @@
 test input in the task's order, attempts = the two best-ranked answers.
 
 The format requires both attempts for every test input, so a test input with one answer repeats it,
-and one without predictions gets ``[[0]]`` twice (it scores zero either way).
+and one without predictions gets ``[[0]]`` twice (it scores zero either way). Empty answers (a
+prediction with no colour cell crops to 0x0) can never be right and are not valid grids there, so
+they never take an attempt.
 """
 from __future__ import annotations
+
+from itertools import islice
 
 from evaluate.voting import Votes
 
@@ -18,7 +22,8 @@ def build_submission(votes: Votes) -> dict[str, list[dict]]:
         entries = []
         for p in range(int(split.task_pair_start[k]), int(split.task_pair_start[k + 1])):
             ranked = range(int(c.pair_start[p]), int(c.pair_start[p + 1]))
-            attempts = [votes.grid(g).tolist() for g in ranked[:2]]
+            grids = (votes.grid(g) for g in ranked)
+            attempts = [grid.tolist() for grid in islice((grid for grid in grids if grid.size), 2)]
             attempts += [attempts[0] if attempts else NO_ANSWER] * (2 - len(attempts))
             entries.append({"attempt_1": attempts[0], "attempt_2": attempts[1]})
         submission[task] = entries

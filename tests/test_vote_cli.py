@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from vote_fixtures import AUGS, TASKS, WRONG, Predictions, make_build, truth
 
@@ -87,3 +88,32 @@ def test_vote_script_reports_errors_without_traceback(workdir):
     out = run_vote(workdir, "--predictions", str(workdir / "nowhere.npz"), "--data", "x")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "--predictions" in out.stderr and "nowhere.npz" in out.stderr
+
+
+def test_empty_answers_take_no_attempt_and_nan_confidence_stays_valid_json(workdir, tmp_path):
+    from arc_data.encoding import encode_grid
+    from evaluate.vote import main
+    build = workdir / "data" / "arc-tiny"
+    p = Predictions(build, TASKS)
+    blank = np.zeros(900, dtype=np.uint8)        # no colour cell at all: crops to a 0x0 grid
+
+    def add_blank(task, count):
+        for _ in range(count):
+            p.add_raw(p.names.index(task), encode_grid(TASKS[task]["test"][0][0]), blank, q=0.0)
+    add_blank("task_one", 3)
+    p.add("task_one", 0, WRONG, q=float("nan"), count=2).add("task_one", 0, truth("task_one"), q=1.0)
+    add_blank("task_three", 1)
+    path = p.save(tmp_path / "p.npz")
+    assert main(["--predictions", str(path), "--data", str(build), "--K", "1", "3",
+                 "--json", str(tmp_path / "r.json"), "--submission", str(tmp_path / "s.json")]) == 0
+
+    def no_nan(name):
+        raise AssertionError(f"{name} in the JSON")
+    report = json.loads((tmp_path / "r.json").read_text(), parse_constant=no_nan)
+    top = report["tasks"]["task_one"]["pairs"][0]["top"]
+    assert [(c["votes"], c["grid"]) for c in top] == [(3, []), (2, WRONG.tolist()), (1, truth("task_one").tolist())]
+    assert top[1]["confidence"] is None and top[2]["confidence"] == pytest.approx(1 / (1 + np.exp(-1.0)))
+    assert report["tasks"]["task_one"]["solved_at"] == 3        # the empty answer still counts for pass@K
+    sub = json.loads((tmp_path / "s.json").read_text())
+    assert sub["task_one"] == [{"attempt_1": WRONG.tolist(), "attempt_2": truth("task_one").tolist()}]
+    assert sub["task_three"] == [{"attempt_1": [[0]], "attempt_2": [[0]]}]

@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 import pytest
-from vote_fixtures import AUGS, TASKS, Predictions, make_build, truth
+from vote_fixtures import AUGS, TASKS, Predictions, g, make_build, truth
 
 from arc_data.encoding import encode_grid
 from evaluate.build_reader import load_test_split
@@ -94,3 +94,19 @@ def test_folder_with_fewer_rank_files_than_world_size(build, tmp_path):
 def test_no_predictions_under_checkpoints(tmp_path, capsys):
     assert main(["--checkpoints", str(tmp_path / "checkpoints")]) == 2
     assert "no predictions found under" in capsys.readouterr().err
+
+
+def test_an_unfinished_hidden_rank_file_is_not_voted(build, tmp_path):
+    folder = tmp_path / "step_3"
+    Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(folder / "rank_0.npz")
+    # what a write killed before its rename leaves behind (hrm/evaluation.py writes .rank_<r>.tmp.npz)
+    Predictions(build, TASKS).add("task_one", 0, truth("task_one"), count=5).save(folder / ".rank_1.tmp.npz")
+    assert resolve_predictions(str(folder)).files == [folder / "rank_0.npz"]
+
+
+def test_a_task_with_two_equal_test_inputs_is_refused_by_name(tmp_path):
+    twins = {"train": TASKS["task_one"]["train"],
+             "test": [TASKS["task_one"]["test"][0], (TASKS["task_one"]["test"][0][0], g([[3]]))]}
+    build = make_build(tmp_path / "build", {"twins": twins, "task_three": TASKS["task_three"]})
+    with pytest.raises(EvaluationInputError, match=r"task 'twins' of .*: test inputs 0 and 1 are the same grid"):
+        load_test_split(build)
