@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from hrm.distributed import DistInfo, all_reduce_sum_, barrier
@@ -36,13 +37,19 @@ def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, 
     keys: list[str] = []
     parts: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "preds": [], "q_halt_logits": []}
     for batch in tqdm(batches, desc="eval", unit="batch", disable=not (progress and info.is_main), leave=False):
-        # The reader pads the last batch with blank rows (identifier 0) at its end: no need to run
-        # them (one is kept, so that every rank still evaluates something before the all-reduce).
+        # The reader pads the last batch with identical blank rows (identifier 0) at its end: one is
+        # run, for all of them. It has no labels, so it only counts towards q_halt_loss, where HRM
+        # scores it as "exactly correct": BCE(q_halt, 1) = softplus(-q_halt) per blank row. The
+        # original runs every blank row; adding that term for the ones skipped keeps its number.
+        n = len(batch["puzzle_identifiers"])
         real = int(torch.count_nonzero(batch["puzzle_identifiers"]))
-        if real < len(batch["puzzle_identifiers"]):
-            batch = {k: v[:max(real, 1)] for k, v in batch.items()}
+        if real < n:
+            batch = {k: v[:real + 1] for k, v in batch.items()}
         batch = to_device(batch, info.device)
         metrics, outputs = loss_head.evaluate(batch)
+        if real + 1 < n and "q_halt_loss" in metrics:
+            skipped = F.softplus(-outputs["q_halt_logits"][real].float()) * (n - real - 1)
+            metrics = {**metrics, "q_halt_loss": metrics["q_halt_loss"] + skipped}
         if sums is None:
             keys = sorted(metrics)
             sums = torch.zeros(len(keys), dtype=torch.float64, device=info.device)

@@ -102,6 +102,7 @@ class Trainer:
         self.project, self.run_name, self.run_dir = run_names(cfg, info)
         self.step = 0
         self.carry = None
+        self.evaluated_iterations = 0   # reader iterations whose evaluation has run
         if cfg.resume:
             ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None)
             if not cfg.checkpoint_path:
@@ -109,6 +110,8 @@ class Trainer:
             state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info)
             self.step, self.carry = state["step"], state["carry"]
             self.reader.load_state_dict(state["reader"])
+            saved = state["evaluated_iterations"]
+            self.evaluated_iterations = self.reader.iteration if saved is None else saved
             if info.is_main:
                 print(f"resumed from {ckpt} at step {self.step}", flush=True)
         else:
@@ -217,6 +220,7 @@ class Trainer:
                               rank=info.rank, world_size=info.world_size)
         metrics, arrays = evaluate(self.loss_head, batches, info, keep_predictions=cfg.eval_save_predictions,
                                    progress=self.progress)
+        self.evaluated_iterations = self.reader.iteration
         if arrays is not None:
             write_predictions(self.run_dir / "predictions" / f"step_{self.step}", arrays, info,
                               data_path=cfg.data_path, step=self.step, checkpoint=None)
@@ -230,7 +234,7 @@ class Trainer:
         return save_checkpoint(self.run_dir, step=self.step, model=self.model, optimizers=self.optimizers,
                                reader_state=self.reader.state_dict(), carry=self.carry,
                                config=self.resolved_config, info=self.info,
-                               keep=self.config.keep_checkpoints)
+                               keep=self.config.keep_checkpoints, evaluated_iterations=self.evaluated_iterations)
 
     # ------------------------------------------------------------------------------------- loop
     def fit(self) -> dict:
@@ -242,6 +246,13 @@ class Trainer:
         saved_at = None
         started, first_step = time.perf_counter(), self.step
         try:
+            if self.evaluated_iterations < self.reader.iteration:
+                # resumed from a checkpoint taken on an iteration's last batch, before its
+                # evaluation: run that evaluation now, where the uninterrupted run did
+                last_eval = self.run_evaluation()
+                if cfg.checkpoint_every_eval:
+                    self.save()
+                    saved_at = self.step
             while self.reader.iteration < self.total_iterations and self.step < self.stop_step:
                 for batch in self.reader.iteration_batches():
                     record = self.train_step(batch)

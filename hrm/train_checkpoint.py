@@ -33,10 +33,12 @@ def _carry_to_dict(carry) -> dict | None:
             "halted": carry.halted.cpu(), "current_data": {k: v.cpu() for k, v in carry.current_data.items()}}
 
 
-def _carry_from_dict(state: dict | None, device: torch.device):
+def _carry_from_dict(state: dict | None, device: torch.device, dtype: torch.dtype):
+    """The saved carry on `device`, its states in the model's compute dtype there: the forward runs
+    in the carry's dtype, so a CPU (float32) checkpoint resumed on CUDA would otherwise stay float32."""
     if state is None:
         return None
-    return Carry(z_H=state["z_H"].to(device), z_L=state["z_L"].to(device), steps=state["steps"].to(device),
+    return Carry(z_H=state["z_H"].to(device, dtype), z_L=state["z_L"].to(device, dtype), steps=state["steps"].to(device),
                  halted=state["halted"].to(device),
                  current_data={k: v.to(device) for k, v in state["current_data"].items()})
 
@@ -63,8 +65,10 @@ def _write_atomic(path: Path, payload) -> None:
 
 
 def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, reader_state: dict, carry,
-                    config: dict, info: DistInfo, keep: int = 0) -> Path:
-    """Collective: every rank must call it. Returns the final step folder."""
+                    config: dict, info: DistInfo, keep: int = 0, evaluated_iterations: int | None = None) -> Path:
+    """Collective: every rank must call it. Returns the final step folder. `evaluated_iterations`:
+    how many of the reader's iterations have had their evaluation (a checkpoint written on an
+    iteration's last batch, before its evaluation, leaves one pending)."""
     run_dir = Path(run_dir)
     final = run_dir / f"step_{step}"
     tmp = run_dir / f".step_{step}.tmp"
@@ -78,7 +82,7 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         save_model(str(tmp / "model.pt"), model, extra={"step": step})
         _write_atomic(tmp / "trainer.pt", {
             "format": FORMAT, "step": step, "world_size": info.world_size, "config": config,
-            "scaling": model.scaling, "reader": reader_state,
+            "scaling": model.scaling, "reader": reader_state, "evaluated_iterations": evaluated_iterations,
             "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
         })
     barrier(info)
@@ -122,7 +126,8 @@ def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
 
 
 def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: DistInfo) -> dict:
-    """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config"}.
+    """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config",
+    "evaluated_iterations" (None in checkpoints that predate it)}.
 
     The carry is restored only when the world size is unchanged (each rank's rows in flight are
     its own); otherwise every rank starts from a fresh carry."""
@@ -141,9 +146,10 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
     rank_file = step_dir / f"rank_{info.rank}.pt"
     if trainer["world_size"] == info.world_size and rank_file.is_file():
         per_rank = torch.load(rank_file, map_location="cpu", weights_only=True)
-        carry = _carry_from_dict(per_rank["carry"], info.device)
+        carry = _carry_from_dict(per_rank["carry"], info.device, model.compute_dtype(info.device))
         _set_rng_state(per_rank["rng"])
     elif info.is_main:
         print(f"resume: world size {trainer['world_size']} -> {info.world_size}; rows in flight restart "
               f"from a fresh carry", flush=True)
-    return {"step": trainer["step"], "reader": trainer["reader"], "carry": carry, "config": trainer["config"]}
+    return {"step": trainer["step"], "reader": trainer["reader"], "carry": carry, "config": trainer["config"],
+            "evaluated_iterations": trainer.get("evaluated_iterations")}

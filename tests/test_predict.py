@@ -3,6 +3,7 @@ equal to the model's own evaluation forward, and a checkpoint that does not fit 
 import json
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
@@ -68,8 +69,8 @@ def test_checkpoint_that_does_not_fit_the_build_is_refused(small_build, tmp_path
 
 
 def test_evaluation_skips_the_padding_rows_of_a_batch():
-    """The reader pads the last batch with blank rows at its end; they are not run, and a batch of
-    padding alone still runs one row (every rank must reach the metrics all-reduce)."""
+    """The reader pads the last batch with blank rows at its end; one of them is run for all (and a
+    batch of padding alone runs one row: every rank must reach the metrics all-reduce)."""
     from hrm.distributed import DistInfo
     from hrm.evaluation import evaluate
 
@@ -92,6 +93,48 @@ def test_evaluation_skips_the_padding_rows_of_a_batch():
     head = RecordingHead()
     metrics, arrays = evaluate(head, [batch([5, 6, 7, 8]), batch([9, 0, 0, 0]), batch([0, 0, 0, 0])],
                                DistInfo(0, 1, 0, torch.device("cpu")))
-    assert head.sizes == [4, 1, 1]
-    assert arrays["puzzle_identifiers"].tolist() == [5, 6, 7, 8, 9, 0]
-    assert arrays["preds"].shape == (6, 900) and metrics == {"accuracy": 0.5, "count": 5.0}
+    assert head.sizes == [4, 2, 1]
+    assert arrays["puzzle_identifiers"].tolist() == [5, 6, 7, 8, 9, 0, 0]
+    assert arrays["preds"].shape == (7, 900) and metrics == {"accuracy": 0.5, "count": 5.0}
+
+
+def test_skipping_padding_rows_keeps_every_metric_of_running_them_all():
+    """HRM runs every blank row, and its eval q_halt_loss counts each as an exactly-correct row
+    (BCE(q_halt, 1)); the other metrics ignore them. Skipping them must not change any number."""
+    from hrm.config import ArchConfig
+    from hrm.distributed import DistInfo
+    from hrm.evaluation import evaluate
+    from hrm.loss import ACTLossHead
+    from hrm.model import HRM
+
+    torch.manual_seed(0)
+    arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_layers=1, L_layers=1, H_cycles=1, L_cycles=2,
+                      halt_max_steps=2, puzzle_emb_ndim=32, scaling=dict(rule="deeploop"))
+    head = ACTLossHead(HRM(arch, 12, 16, 6, verbose=False))
+    torch.nn.init.normal_(head.model.q_head.weight, std=0.5)   # q_halt of a blank row far from the -5 bias
+    g = torch.Generator().manual_seed(1)
+
+    def batch(real, blank):
+        labels = torch.randint(2, 12, (real + blank, 16), generator=g)
+        labels[real:] = -100
+        inputs = torch.randint(2, 12, (real + blank, 16), generator=g)
+        inputs[real:] = 0
+        ids = torch.randint(1, 6, (real + blank,), generator=g, dtype=torch.int32)
+        ids[real:] = 0
+        return {"inputs": inputs, "labels": labels, "puzzle_identifiers": ids}
+
+    batches = [batch(4, 0), batch(1, 3), batch(0, 4)]
+    sums = {}
+    with torch.inference_mode():
+        for b in batches:   # the reference: every row of every batch, as the original evaluates
+            for k, v in head.evaluate(b)[0].items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+    expected = {k: v / sums["count"] for k, v in sums.items() if k != "count"}
+    metrics, _ = evaluate(head, batches, DistInfo(0, 1, 0, torch.device("cpu")))
+    assert metrics["count"] == sums["count"] == 5
+    with torch.inference_mode():    # the blank rows matter: 7 of the 12 rows' q_halt terms
+        real_only = sum(float(head.evaluate({k: v[:r] for k, v in b.items()})[0]["q_halt_loss"])
+                        for b, r in zip(batches[:2], (4, 1)))
+    assert abs(real_only / 5 - expected["q_halt_loss"]) > 0.1 * expected["q_halt_loss"]
+    for k, v in expected.items():
+        assert metrics[k] == pytest.approx(v, rel=1e-5, abs=1e-7), k

@@ -279,3 +279,45 @@ def test_visit_alignment_diagnostics_are_logged_and_leave_training_unchanged(sma
         assert r["alignment/mean"] == pytest.approx(sum(values) / 4) and r["alignment/min"] == min(values)
     assert not any("alignment/mean" in r for r in
                    (json.loads(line) for line in (tmp_path / "plain" / "log.jsonl").read_text().splitlines()))
+
+
+def eval_records(run_dir: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["eval/lm_loss"]) for r in map(json.loads, (run_dir / "log.jsonl").read_text().splitlines())
+            if "eval/lm_loss" in r]
+
+
+def test_resume_runs_the_evaluation_a_crash_skipped_at_an_iteration_end(small_build, tmp_path):
+    # batch 8, seed 3: the 6th batch is the last of the first epoch (= iteration) and ends exactly at
+    # its end, so the reader position saved with it already points to the next iteration
+    settings = dict(global_batch_size=8, seed=3, epochs=2, eval_interval=1, max_steps=8, keep_checkpoints=0,
+                    eval_save_predictions=False)
+    straight = Trainer(micro_config(small_build, tmp_path / "straight", **settings), CPU, progress=False)
+    straight.fit()
+    assert [step for step, _ in eval_records(tmp_path / "straight")] == [6, 8]
+
+    run = tmp_path / "crashed"
+    crashing = Trainer(micro_config(small_build, run, checkpoint_interval=6, **settings), CPU, progress=False)
+
+    def crash():
+        raise KeyboardInterrupt("killed before the evaluation")
+    crashing.run_evaluation = crash
+    with pytest.raises(KeyboardInterrupt):
+        crashing.fit()
+    saved = torch.load(run / "step_6" / "trainer.pt", weights_only=True)
+    assert saved["reader"]["epoch"] == 1 and saved["evaluated_iterations"] == 0   # the case under test
+
+    resumed = Trainer(micro_config(small_build, run, checkpoint_interval=6, resume="latest", **settings), CPU,
+                      progress=False)
+    resumed.fit()
+    assert eval_records(run) == eval_records(tmp_path / "straight")   # same evaluations, same numbers
+    assert resumed.history == [(s, loss) for s, loss in straight.history if s > 6]
+
+
+def test_a_resumed_carry_takes_the_compute_dtype_of_the_new_run(small_build, tmp_path):
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()   # float32
+    arch = {**MICRO_ARCH, "forward_dtype": "bfloat16"}    # as a CPU checkpoint resumed on CUDA (auto -> bf16)
+    resumed = Trainer(micro_config(small_build, tmp_path / "run", arch=arch, max_steps=2, resume="latest"), CPU,
+                      progress=False)
+    assert resumed.carry.z_H.dtype == resumed.carry.z_L.dtype == torch.bfloat16
+    resumed.train_step(next(resumed.reader.iteration_batches()))
+    assert resumed.carry.z_H.dtype == torch.bfloat16
