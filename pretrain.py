@@ -31,7 +31,11 @@ def launch(hydra_config: DictConfig) -> None:
     from hrm.distributed import init_distributed, shutdown
     from hrm.train import Trainer, TrainingDiverged
 
-    info = init_distributed(config.device)
+    try:
+        info = init_distributed(config.device)
+    except RuntimeError as e:   # device=cuda without CUDA
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
     finished = False
     try:
         try:
@@ -51,5 +55,25 @@ def launch(hydra_config: DictConfig) -> None:
         shutdown(wait_for_peers=finished)
 
 
+def check_overrides(args: list[str]) -> None:
+    """Compose the config once before Hydra does: an unknown key (`arch.hidden_sz=3`), preset
+    (`arch=hrm_big`) or a malformed override then exits with EXIT_BAD_CONFIG and Hydra's message
+    naming it, like every other bad config (Hydra alone would exit 1, as for a crash). Hydra's own
+    flags and `hydra.*` settings are left to it."""
+    if any(a.startswith("-") or a.startswith("hydra.") or a.startswith("hydra/") for a in args):
+        return
+    from pathlib import Path
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+    try:
+        with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent / "configs"), version_base=None):
+            compose("cfg_pretrain", overrides=args)
+    except (HydraException, OmegaConfBaseException) as e:
+        print(f"invalid config: {e}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+
+
 if __name__ == "__main__":
+    check_overrides(sys.argv[1:])
     launch()

@@ -34,17 +34,22 @@ DepthCount = Literal["paper", "gradient_visible", "forward"]
 RULE_EXPONENT = {"deepnorm": 0.25, "deeploop": 0.5}
 
 
+def _rule_with_exponent(rule: str, p: Optional[float]) -> str:
+    """An exponent given with a rule of the (c N)^p family that fixes another one (`arch=hrm_deeploop
+    arch.scaling.p=0.45`, or p on hrm_v1's `none`) asks for that member of the family: custom. The
+    same at the top level and per module."""
+    if p is not None and rule in ("none", *RULE_EXPONENT) and p != RULE_EXPONENT.get(rule):
+        return "custom"
+    return rule
+
+
 def _check_rule_and_p(rule: str, p: Optional[float], where: str) -> None:
     """One place for the rule/p consistency check, so top level and overrides say the same thing."""
-    if rule in RULE_EXPONENT and p is not None and p != RULE_EXPONENT[rule]:
-        raise ValueError(
-            f"{where}p={p} conflicts with {where}rule={rule}, which fixes p={RULE_EXPONENT[rule]}; "
-            f"use rule=custom to choose another exponent")
     if rule == "custom" and p is None:
         raise ValueError(f"{where}p is required when {where}rule=custom")
-    if rule in ("none", "prenorm_1_over_n") and p is not None:
-        raise ValueError(f"{where}p={p} has no effect with {where}rule={rule}; remove it or pick "
-                         f"rule=custom")
+    if rule == "prenorm_1_over_n" and p is not None:
+        raise ValueError(f"{where}p={p} has no effect with {where}rule={rule} (its step is "
+                         f"lambda / (N sqrt(L))); remove it or pick rule=custom")
 
 
 class ModuleScalingOverride(BaseModel):
@@ -95,6 +100,7 @@ class ScalingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self):
+        self.rule = _rule_with_exponent(self.rule, self.p)
         _check_rule_and_p(self.rule, self.p, "scaling.")
         for name in ("H", "L"):
             self.for_module(name)  # raises with the module named when the merge is inconsistent
@@ -112,6 +118,7 @@ class ScalingConfig(BaseModel):
         else:
             # The top-level exponent belongs to the top-level rule only.
             p = self.p if rule == self.rule else None
+        rule = _rule_with_exponent(rule, p)
         _check_rule_and_p(rule, p, f"scaling.{module}.")
         return dict(
             rule=rule,

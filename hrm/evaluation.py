@@ -74,9 +74,18 @@ def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, 
 def write_predictions(out_dir: str | Path, arrays: dict, info: DistInfo, *, data_path: str, step: int | None,
                       checkpoint: str | None) -> Path:
     """Collective: each rank writes its file, then rank 0 writes info.json (its presence marks the
-    folder complete)."""
+    folder complete). An earlier evaluation in the same folder (the trainer's on 8 GPUs, then
+    predict.py on one) is replaced whole: its info.json and any rank file past this world size go
+    first, so a vote never mixes the two."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if info.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "info.json").unlink(missing_ok=True)
+        for old in out_dir.glob("rank_*.npz"):
+            index = old.stem.removeprefix("rank_")
+            if not (index.isdigit() and int(index) < info.world_size):
+                old.unlink()
+    barrier(info)
     path = out_dir / f"rank_{info.rank}.npz"
     tmp = out_dir / f".rank_{info.rank}.tmp.npz"
     np.savez(tmp, **arrays)

@@ -3,7 +3,7 @@
 W&B mode `auto` goes online only when credentials exist (WANDB_API_KEY, or an api.wandb.ai entry in
 ~/.netrc) and the wandb package is installed; otherwise it is disabled. It never prompts and never
 waits on the network: a run on a laptop or an air-gapped node just writes its log file. Asking for
-`online` or `offline` without the package is an error that says so.
+`online` or `offline` without the package, or `online` without credentials, is an error that says so.
 """
 from __future__ import annotations
 
@@ -13,14 +13,18 @@ import math
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlparse
 
 
 def _has_wandb_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
+    # `wandb login` writes the key to ~/.netrc under the server's host (api.wandb.ai, or a
+    # self-hosted server named by WANDB_BASE_URL)
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
     netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
     try:
-        return "api.wandb.ai" in netrc.read_text()
+        return host in netrc.read_text()
     except OSError:
         return False
 
@@ -43,6 +47,10 @@ def resolve_wandb_mode(mode: str) -> str:
     if mode != "disabled" and not _wandb_installed():
         raise ValueError(f"W&B mode {mode!r} (wandb.mode or WANDB_MODE) needs the wandb package: "
                            "pip install wandb, or set wandb.mode=disabled")
+    if mode == "online" and not _has_wandb_credentials():
+        # wandb itself would prompt for a key, or fail deep inside the run
+        raise ValueError("W&B mode 'online' (wandb.mode or WANDB_MODE) needs credentials: run `wandb login` "
+                         "or set WANDB_API_KEY; or use wandb.mode=offline (sync later) or disabled")
     return mode
 
 

@@ -61,6 +61,32 @@ def run_names(config: PretrainConfig, info: DistInfo) -> tuple[str, str, Path]:
     return project, run, run_dir
 
 
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+# May differ on resume: the compute dtype follows the device (a CPU run continued on GPUs), the
+# name is a label.
+RESUMABLE_ARCH_CHANGES = {"name", "forward_dtype"}
+
+
+def check_same_arch(saved_config: dict, config: PretrainConfig, checkpoint: Path) -> None:
+    """Resuming with another architecture or scaling would load the weights into a different model
+    (same shapes, other alpha, cycles, ...) and mix two models in one run's log: refuse, naming
+    every field that differs."""
+    saved = _flatten(saved_config.get("arch", {}), "arch.")
+    now = _flatten(config.arch.model_dump(mode="json", by_alias=True), "arch.")
+    changed = sorted(k for k in saved.keys() | now.keys()
+                     if k.removeprefix("arch.") not in RESUMABLE_ARCH_CHANGES and saved.get(k) != now.get(k))
+    if changed:
+        shown = ", ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {now.get(k)!r} now" for k in changed)
+        raise ValueError(f"resume={checkpoint}: the run was trained with another architecture ({shown}); "
+                         f"resume with the checkpoint's settings (its all_config.yaml), or start a new run")
+
+
 @dataclass
 class Trainer:
     config: PretrainConfig
@@ -108,6 +134,7 @@ class Trainer:
             if not cfg.checkpoint_path:
                 self.run_dir = ckpt.parent  # keep writing into the run we continue
             state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info)
+            check_same_arch(state["config"], cfg, ckpt)
             self.step, self.carry = state["step"], state["carry"]
             self.reader.load_state_dict(state["reader"])
             saved = state["evaluated_iterations"]

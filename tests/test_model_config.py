@@ -68,11 +68,10 @@ def test_hydra_override_of_one_module_exponent():
     (dict(loss_type="focal"), "loss_type"),
     (dict(pos_encodings="alibi"), "pos_encodings"),
     (dict(forward_dtype="float8"), "forward_dtype"),
-    (dict(scaling=dict(rule="deeploop", p=0.3)), "scaling.p=0.3 conflicts with scaling.rule=deeploop"),
     (dict(scaling=dict(rule="custom")), "scaling.p is required when scaling.rule=custom"),
-    (dict(scaling=dict(rule="none", p=0.5)), "has no effect with scaling.rule=none"),
+    (dict(scaling=dict(rule="prenorm_1_over_n", p=0.5)), "p=0.5 has no effect with scaling.rule=prenorm_1_over_n"),
+    (dict(scaling=dict(rule="deeploop", H=dict(rule="prenorm_1_over_n", p=0.5))), "scaling.H.p=0.5 has no effect"),
     (dict(scaling=dict(rule="deeploop", H=dict(rule="custom"))), "scaling.H.p is required"),
-    (dict(scaling=dict(rule="deeploop", L=dict(rule="deepnorm", p=0.5))), "scaling.L.p=0.5 conflicts"),
     (dict(scaling=dict(depth_count="all")), "depth_count"),
     (dict(scaling=dict(c=0)), "scaling.c must be > 0"),
     (dict(scaling=dict(H=dict(q=1))), "q"),
@@ -103,3 +102,16 @@ def test_forward_dtype_auto():
     assert resolve_forward_dtype(arch, "cpu") == torch.float32
     assert resolve_forward_dtype(arch, "cuda") == torch.bfloat16
     assert resolve_forward_dtype(ArchConfig(forward_dtype="float32"), "cuda") == torch.float32
+
+
+def test_an_exponent_on_a_family_rule_asks_for_that_member_custom():
+    # arch=hrm_deeploop arch.scaling.p=0.45: the family member p = 0.45, not an error
+    s = ArchConfig(scaling=dict(rule="deeploop", p=0.45)).scaling
+    assert s.rule == "custom" and s.for_module("H")["p"] == s.for_module("L")["p"] == 0.45
+    s = ArchConfig(scaling=dict(rule="none", p=0.5)).scaling             # hrm_v1 arch.scaling.p=0.5
+    assert s.for_module("L") == dict(rule="custom", p=0.5, c=2.0, d=8.0, depth_count="paper", lambda_=1.0)
+    assert ArchConfig(scaling=dict(rule="deeploop", p=0.5)).scaling.rule == "deeploop"   # its own exponent
+    # per module the same: an explicit family rule with another exponent is that custom member
+    s = ArchConfig(scaling=dict(rule="deeploop", L=dict(rule="deepnorm", p=0.3))).scaling
+    assert (s.for_module("L")["rule"], s.for_module("L")["p"]) == ("custom", 0.3)
+    assert (s.for_module("H")["rule"], s.for_module("H")["p"]) == ("deeploop", 0.5)

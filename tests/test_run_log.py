@@ -51,3 +51,18 @@ def test_without_the_wandb_package_auto_disables_and_explicit_modes_say_why(monk
     monkeypatch.setenv("WANDB_MODE", "offline")
     with pytest.raises(ValueError, match="WANDB_MODE"):
         resolve_wandb_mode("disabled")
+
+
+def test_online_without_credentials_is_refused_and_a_self_hosted_login_counts(monkeypatch, tmp_path):
+    import hrm.run_log as run_log
+    monkeypatch.setattr(run_log, "_wandb_installed", lambda: True)
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    with pytest.raises(ValueError, match="'online'.*needs credentials.*wandb login"):
+        resolve_wandb_mode("online")
+    assert resolve_wandb_mode("offline") == "offline"        # offline needs no key
+    (tmp_path / "netrc").write_text("machine wandb.example.org\n  login user\n  password abc\n")
+    assert resolve_wandb_mode("auto") == "disabled"          # a key for another server
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
+    assert resolve_wandb_mode("online") == "online" and resolve_wandb_mode("auto") == "online"

@@ -92,9 +92,12 @@ def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path):
                           f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 2 and "lr:" in run.stderr and "greater than or equal to 0" in run.stderr
     assert not (tmp_path / "run").exists()
-    run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"data_path={small_build}", "arch.hidden_sz=3"],
-                         cwd=tmp_path, capture_output=True, text=True)
-    assert run.returncode != 0 and "hidden_sz" in run.stderr
+    for bad, named in (("arch.hidden_sz=3", "hidden_sz"), ("arch=hrm_huge", "hrm_huge"), ("lr", "lr"),
+                       ("device=cuda" if not torch.cuda.is_available() else "device=tpu", "device")):
+        run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"data_path={small_build}", bad,
+                              f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
+        assert run.returncode == 2 and named in run.stderr and "Traceback" not in run.stderr, (bad, run.stderr)
+        assert not (tmp_path / "run").exists()
 
 
 def test_loss_falls_and_evaluation_writes_predictions(small_build, tmp_path):
@@ -321,3 +324,31 @@ def test_a_resumed_carry_takes_the_compute_dtype_of_the_new_run(small_build, tmp
     assert resumed.carry.z_H.dtype == resumed.carry.z_L.dtype == torch.bfloat16
     resumed.train_step(next(resumed.reader.iteration_batches()))
     assert resumed.carry.z_H.dtype == torch.bfloat16
+
+
+def test_predictions_written_into_a_folder_of_a_bigger_world_replace_it_whole(tmp_path):
+    from evaluate.predictions import resolve_predictions
+    from hrm.evaluation import _EMPTY, write_predictions
+    folder = tmp_path / "predictions" / "step_6"
+    folder.mkdir(parents=True)     # what the trainer's evaluation on 2 ranks wrote ...
+    for rank in range(2):
+        np.savez(folder / f"rank_{rank}.npz", **_EMPTY)
+    (folder / "info.json").write_text(json.dumps({"data_path": "/x", "step": 6, "world_size": 2, "checkpoint": None}))
+    (folder / "notes.txt").write_text("mine")
+    # ... then predict.py on one process into the same folder
+    write_predictions(folder, _EMPTY, CPU, data_path=str(tmp_path), step=6, checkpoint="ckpt")
+    found = resolve_predictions(str(folder))
+    assert found.files == [folder / "rank_0.npz"] and found.info["world_size"] == 1
+    assert found.info["checkpoint"] == "ckpt" and (folder / "notes.txt").read_text() == "mine"
+
+
+def test_resuming_with_another_architecture_is_refused_naming_the_fields(small_build, tmp_path):
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    other = {**MICRO_ARCH, "scaling": {"rule": "none"}, "L_cycles": 3}   # same shapes, another model
+    with pytest.raises(ValueError, match=r"another architecture \(arch.L_cycles: 2 in the checkpoint, 3 now, "
+                                         r"arch.scaling.rule: 'deeploop' in the checkpoint, 'none' now\)"):
+        Trainer(micro_config(small_build, tmp_path / "run", arch=other, max_steps=2, resume="latest"), CPU,
+                progress=False)
+    renamed = {**MICRO_ARCH, "name": "micro-again"}                      # a label only: fine
+    assert Trainer(micro_config(small_build, tmp_path / "run", arch=renamed, max_steps=2, resume="latest"), CPU,
+                   progress=False).step == 1
