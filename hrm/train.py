@@ -222,8 +222,10 @@ class Trainer:
             (self.run_dir / "diverged.json").write_text(json.dumps(
                 {"step": self.step + 1, "loss": str(loss), "grad_norm": str(grad_norm), "reason": reason}) + "\n")
             self.log.log({"diverged": 1}, step=self.step + 1)
-        raise TrainingDiverged(f"training diverged: {reason}; the last good checkpoint is untouched "
-                               f"({self.run_dir})")
+        kept = list_checkpoints(self.run_dir)
+        raise TrainingDiverged(f"training diverged: {reason}; " + (
+            f"the last good checkpoint, {kept[-1]}, is untouched" if kept else
+            f"no checkpoint was written before it ({self.run_dir})"))
 
     def alignment_record(self, batch: dict) -> dict:
         """Visit alignment (hrm/diagnostics.py) on the first `diagnostics_rows` rows of this rank's
@@ -285,7 +287,7 @@ class Trainer:
                     record = self.train_step(batch)
                     if info.is_main:
                         self.history.append((self.step, record["train/loss"]))
-                        if self.step % cfg.log_interval == 0:
+                        if self.step % cfg.log_interval == 0 or self.step >= self.stop_step:
                             self.log.log(record, step=self.step)
                             bar.set_postfix(loss=f"{record['train/loss']:.4f}", refresh=False)
                         bar.update(1)

@@ -2,7 +2,7 @@
 with the scaling off and on, the same build (its manifest digest checked before each training), the
 same seed; then predict + vote for each, and one table of pass@K and final losses side by side.
 
-    python scripts/compare.py --preset cpu              # hrm_tiny, 16 ARC-AGI-1 tasks, under 20 min on 2 cores
+    python scripts/compare.py --preset cpu              # hrm_tiny, 16 ARC-AGI-1 tasks, ~7-11 min on 2 cores
     python scripts/compare.py --preset paper            # print the full 8-GPU recipe (torchrun)
     python scripts/compare.py --preset paper --launch   # ... and run it
 
@@ -208,7 +208,7 @@ def results_markdown(report: dict) -> str:
              "", header, rule,
              row("alpha / beta", [f"{_num(a['alpha'])} / {_num(a['beta'])}" for a in arms]),
              row("steps", [str(a["steps"]) for a in arms]),
-             row(f"final train LM loss (mean of last {FINAL_WINDOW} steps)", [_num(a["final_train_lm_loss"]) for a in arms]),
+             row(f"final train LM loss (mean of last {FINAL_WINDOW} steps, or all)", [_num(a["final_train_lm_loss"]) for a in arms]),
              row(f"final train loss incl. Q-heads (last {FINAL_WINDOW})", [_num(a["final_train_loss"]) for a in arms]),
              row("lowest single-step train LM loss", [_num(a["min_train_lm_loss"]) for a in arms]),
              row("eval LM loss", [_num(a["eval_lm_loss"]) for a in arms]),
@@ -250,7 +250,8 @@ def recipe_script(recipe: Recipe) -> str:
 # ----------------------------------------------------------------------------------------- main
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--preset", choices=["cpu", "paper"], required=True)
     ap.add_argument("--launch", action="store_true", help="paper: run the recipe instead of printing it")
     ap.add_argument("--report", action="store_true",

@@ -222,7 +222,8 @@ def summary_markdown(rows: list[dict], *, command: str, build_line: str, floor: 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--preset", choices=sorted(PRESETS), help="defaults for a named sweep (flags still win)")
     ap.add_argument("--p", type=float, nargs="+", help=f"exponents (default {' '.join(f'{p:g}' for p in DEFAULT_P)})")
     ap.add_argument("--seeds", type=int, nargs="+", help="seeds (default 0 1 2)")

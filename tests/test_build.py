@@ -288,3 +288,139 @@ def test_arc_agi_2_in_reverse_order_matches_the_released_checkpoint():
         np.random.seed(42)
         _, plan = plan_variants([tasks for s in sources for _, tasks in s.subsets], 1000, LegacyState())
         assert plan.num_versions + 1 == expected, order
+
+
+def small_source(root: Path, subsets=("evaluation", "training")) -> Path:
+    for i, subset in enumerate(subsets):
+        write_task(root / subset, f"{subset[0]}{i}", small_task(40 + i))
+    return root
+
+
+def no_work(monkeypatch):
+    """Make loading the sources fail loudly: a refusal must come before any work."""
+    def loaded(*args, **kwargs):
+        raise AssertionError("the build loaded its sources before refusing")
+    monkeypatch.setattr(build_mod, "load_sources", loaded)
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_build(tmp_path, monkeypatch, capsys):
+    src = small_source(tmp_path / "src")
+    out = tmp_path / "notes"
+    write_task(out, "keep", "my notes")
+    no_work(monkeypatch)
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--overwrite", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"--output-dir {out}" in err and "neither a build (no manifest.json) nor empty" in err, err
+    assert (out / "keep.json").read_text() == "my notes" and sorted(os.listdir(tmp_path)) == ["notes", "src"]
+
+
+def test_overwrite_replaces_an_empty_folder(tmp_path):
+    src = small_source(tmp_path / "src")
+    out = tmp_path / "b"
+    out.mkdir()
+    assert build_arc.main(["--source-dir", str(src), "--num-aug", "2", "--output-dir", str(out), "--overwrite",
+                           "--quiet"]) == 0
+    assert (out / "manifest.json").is_file() and sorted(os.listdir(tmp_path)) == ["b", "src"]
+
+
+@pytest.mark.parametrize("flag", ["--source-dir", "--extra-dir"])
+@pytest.mark.parametrize("relation", ["is", "is inside", "contains"])
+def test_output_overlapping_a_source_folder_is_refused(tmp_path, monkeypatch, capsys, flag, relation):
+    main_src, extra = small_source(tmp_path / "data" / "main"), tmp_path / "more" / "extra"
+    write_task(extra / "concept", "x", small_task(9))
+    src = main_src if flag == "--source-dir" else extra
+    out = {"is": src, "is inside": src / "build", "contains": src.parent}[relation]
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*.json")}
+    no_work(monkeypatch)
+    args = ["--source-dir", str(main_src), "--extra-dir", str(extra), "--output-dir", str(out), "--overwrite", "--quiet"]
+    assert build_arc.main(args) == 1
+    err = capsys.readouterr().err
+    assert f"--output-dir {out} {relation} the source folder {flag} {src}" in err, err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*.json")} == before
+    assert not (src / "build").exists()
+
+
+def test_overwrite_refuses_a_regular_file_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    src = small_source(tmp_path / "src")
+    out = tmp_path / "b"
+    out.write_text("not a folder")
+    no_work(monkeypatch)
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--overwrite", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"--output-dir {out}: exists and is not a directory" in err and "Traceback" not in err, err
+    assert out.read_text() == "not a folder" and sorted(os.listdir(tmp_path)) == ["b", "src"]
+
+
+# Run by test_sigterm_removes_the_temporary_folder: a build whose first chunk of rows takes a minute,
+# so the test can signal it while its temporary folder exists.
+SLOW_BUILD = """
+import sys, time
+import build_arc
+from arc_data import build as build_mod
+render_rows = build_mod.render_rows
+def slow_render_rows(*args):
+    time.sleep(60)
+    render_rows(*args)
+build_mod.render_rows = slow_render_rows
+sys.exit(build_arc.main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_removes_the_temporary_folder(tmp_path):
+    import signal
+    import time
+    src = small_source(tmp_path / "src")
+    out = tmp_path / "b"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_BUILD, "--source-dir", str(src), "--num-aug", "3",
+                             "--output-dir", str(out), "--quiet"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        tmp = tmp_path / f".b.tmp-{proc.pid}"
+        deadline = time.monotonic() + 15
+        while not tmp.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tmp.exists(), proc.communicate(timeout=5) if proc.poll() is not None else "no temporary folder in 15 s"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert sorted(os.listdir(tmp_path)) == ["src"]  # no target, no temporary folder
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_leftovers_of_dead_builds_are_removed_at_the_start(tmp_path, capsys):
+    src = small_source(tmp_path / "src")
+    dead, alive = dead_pid(), os.getppid()
+    for name in (f".b.tmp-{dead}", f".b.old-{dead}", f".b.tmp-{alive}", f".c.tmp-{dead}", f".b.tmp-{dead}x"):
+        write_task(tmp_path / name, "part", "{}")
+    args = ["--source-dir", str(src), "--num-aug", "2", "--output-dir", str(tmp_path / "b"), "--quiet"]
+    assert build_arc.main(args) == 0
+    err = capsys.readouterr().err
+    # without a build at b, the dead build's .old may be the only copy of the previous one: kept, and said
+    assert f"removed 1 leftover(s) of killed builds from {tmp_path}: .b.tmp-{dead}\n" in err, err
+    assert f"warning: {tmp_path / f'.b.old-{dead}'} holds the previous b" in err
+    assert sorted(os.listdir(tmp_path)) == sorted([f".b.old-{dead}", f".b.tmp-{alive}", f".c.tmp-{dead}",
+                                                   f".b.tmp-{dead}x", "b", "src"])
+    assert build_arc.main(args + ["--overwrite"]) == 0
+    assert f"removed 1 leftover(s) of killed builds from {tmp_path}: .b.old-{dead}\n" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == sorted([f".b.tmp-{alive}", f".c.tmp-{dead}", f".b.tmp-{dead}x", "b", "src"])
+
+
+def test_a_source_without_evaluation_warns_of_an_empty_test_split(tmp_path, capsys):
+    only_training = small_source(tmp_path / "pretrain", subsets=("training",))
+    args = ["--num-aug", "2", "--quiet"]
+    assert build_arc.main(args + ["--source-dir", str(only_training), "--output-dir", str(tmp_path / "a")]) == 0
+    captured = capsys.readouterr()
+    assert f"warning: --source-dir {only_training} has no evaluation/ subfolder" in captured.err, captured.err
+    assert "test split will be empty" in captured.err and "puzzles: train 3, test 0" in captured.out
+    both = small_source(tmp_path / "both")
+    assert build_arc.main(args + ["--source-dir", str(both), "--output-dir", str(tmp_path / "b")]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -150,7 +150,8 @@ def test_divergence_stops_without_touching_the_last_good_checkpoint(small_build,
         return out
     trainer.step_fn = poisoned
     good = None
-    with pytest.raises(TrainingDiverged, match="non-finite loss at step 3"):
+    with pytest.raises(TrainingDiverged, match=r"non-finite loss at step 3 .*the last good checkpoint, .*step_2, "
+                                               r"is untouched"):
         trainer.fit()
     good = torch.load(tmp_path / "run" / "step_2" / "model.pt", weights_only=True)["state"]
     assert (tmp_path / "run" / "latest").read_text() == "step_2"
@@ -352,3 +353,8 @@ def test_resuming_with_another_architecture_is_refused_naming_the_fields(small_b
     renamed = {**MICRO_ARCH, "name": "micro-again"}                      # a label only: fine
     assert Trainer(micro_config(small_build, tmp_path / "run", arch=renamed, max_steps=2, resume="latest"), CPU,
                    progress=False).step == 1
+
+
+def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
+    assert sorted(losses_by_step(tmp_path / "run")) == [3, 4]
