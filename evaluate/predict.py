@@ -1,6 +1,6 @@
 """Run a checkpoint over a build's test split and write the predictions files for vote.py.
 
-    python evaluate/predict.py checkpoint=PATH [data_path=DIR] [output_dir=DIR] [batch_size=N] [device=auto]
+    python evaluate/predict.py checkpoint=PATH [data_path=DIR] [output_dir=DIR] [batch_size=N] [device=auto|cpu|cuda]
     torchrun --nproc-per-node 8 evaluate/predict.py checkpoint=PATH
 
 PATH is one of ours (a `step_<N>/` folder or its `model.pt`) or one written by the original HRM
@@ -29,6 +29,9 @@ from hrm.evaluation import evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device"}
+DEVICES = ("auto", "cpu", "cuda")   # what hrm.distributed.init_distributed accepts
+EXPECTED = ("an hrm-deeploop step_<N>/ folder or its model.pt, or an original HRM checkpoint "
+            "(a raw state dict with all_config.yaml beside it)")
 
 
 class PredictError(ValueError):
@@ -48,7 +51,29 @@ def parse_args(argv: list[str]) -> dict:
         if not args["batch_size"].isdigit() or int(args["batch_size"]) < 1:
             raise PredictError(f"batch_size must be a positive whole number, got {args['batch_size']!r}")
         args["batch_size"] = int(args["batch_size"])
+    # checked here, not left to init_distributed: that runs after the checkpoint (GBs) is read
+    if args["device"] not in DEVICES:
+        raise PredictError(f"device must be one of {', '.join(DEVICES)}, got {args['device']!r}")
+    if args["device"] == "cuda" and not torch.cuda.is_available():
+        raise PredictError("device=cuda but CUDA is not available on this machine (use device=cpu or device=auto)")
     return args
+
+
+def read_torch_file(path: Path):
+    """torch.load(weights_only=True), with any file torch cannot decode refused by name."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as e:   # unreadable (permissions, a disk error), whatever it holds
+        raise PredictError(f"{path}: cannot read it ({e.strerror or e})") from None
+    except MemoryError:    # a real checkpoint too large for this machine: not a format problem
+        raise
+    except Exception as e:
+        # torch has no one error for foreign bytes: text gives KeyError, IndexError or
+        # UnpicklingError, an empty file EOFError, a truncated one RuntimeError. Its messages run
+        # to many lines: keep the first sentence, so the error stays one line
+        reason = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else "no details"
+        raise PredictError(f"{path} is not a checkpoint: torch cannot read it ({type(e).__name__}: {reason}); "
+                           f"expected {EXPECTED}") from None
 
 
 def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
@@ -57,23 +82,33 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
     if path.is_dir():
         path = path / "model.pt"
     if not path.is_file():
-        raise PredictError(f"checkpoint {checkpoint}: no such file (expected a step_<N>/ folder, its model.pt, "
-                           f"or an original HRM checkpoint file)")
-    payload = torch.load(path, map_location="cpu", weights_only=True)  # read once: the puzzle table can be GBs
+        raise PredictError(f"checkpoint {checkpoint}: no such file (expected {EXPECTED})")
+    payload = read_torch_file(path)  # read once: the puzzle table can be GBs
+    if not isinstance(payload, dict):   # e.g. a lone tensor: neither format is anything but a dict
+        raise PredictError(f"{path} is not a checkpoint: it holds a {type(payload).__name__}, not a dict; "
+                           f"expected {EXPECTED}")
     if is_our_format(payload):
         model, extra = load_model(str(path), payload=payload)
         step = extra.get("step")
         trainer_file = path.parent / "trainer.pt"
         if data_path is None and trainer_file.is_file():
-            data_path = torch.load(trainer_file, map_location="cpu", weights_only=True)["config"]["data_path"]
+            trainer = read_torch_file(trainer_file)
+            config = trainer.get("config") if isinstance(trainer, dict) else None
+            data_path = config.get("data_path") if isinstance(config, dict) else None   # else: asked for below
         out = path.parent.parent / "predictions" / path.parent.name
     else:  # the original code: a raw state dict, its config beside it
         config_file = path.parent / "all_config.yaml"
         if not config_file.is_file():
             raise PredictError(f"{path}: not one of our checkpoints, and no all_config.yaml beside it for an "
                                f"original HRM checkpoint")
+        try:    # read here even with data_path given: load_original_checkpoint would fail on it unnamed
+            config = yaml.safe_load(config_file.read_text())
+        except yaml.YAMLError as e:
+            raise PredictError(f"{config_file}: not valid YAML ({str(e).splitlines()[0]})") from None
+        if not isinstance(config, dict):
+            raise PredictError(f"{config_file}: not an HRM training config (expected a YAML mapping)")
         if data_path is None:
-            data_path = yaml.safe_load(config_file.read_text()).get("data_path")
+            data_path = config.get("data_path")
         seq_len = load_split(data_path, "test").metadata.seq_len if data_path else None
         model = load_original_checkpoint(str(path), str(config_file), seq_len=seq_len, raw=payload)
         step = int(path.name.split("_")[-1]) if path.name.split("_")[-1].isdigit() else None
@@ -89,17 +124,18 @@ def main(argv=None) -> int:
         model, data_path, step, out = load_checkpoint_for_eval(args["checkpoint"], args.get("data_path"))
         test = load_split(data_path, "test")
     except (PredictError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"predict.py: error: {e}", file=sys.stderr)
         return 2
     if test.metadata.num_puzzle_identifiers != model.num_puzzle_identifiers:
-        print(f"error: the checkpoint's puzzle-embedding table has {model.num_puzzle_identifiers:,} rows but the "
-              f"build {data_path} has {test.metadata.num_puzzle_identifiers:,} puzzle identifiers: they do not "
-              f"belong together (for the released ARC-AGI-2 checkpoint, build with --listing-order reverse)",
-              file=sys.stderr)
+        print(f"predict.py: error: the checkpoint's puzzle-embedding table has {model.num_puzzle_identifiers:,} "
+              f"rows but the build {data_path} has {test.metadata.num_puzzle_identifiers:,} puzzle identifiers: "
+              f"they do not belong together (for the released ARC-AGI-2 checkpoint, build with --listing-order "
+              f"reverse)", file=sys.stderr)
         return 2
     if test.metadata.seq_len != model.seq_len or test.metadata.vocab_size != model.vocab_size:
-        print(f"error: the build {data_path} has seq_len {test.metadata.seq_len}, vocab {test.metadata.vocab_size}; "
-              f"the checkpoint expects {model.seq_len}, {model.vocab_size}", file=sys.stderr)
+        print(f"predict.py: error: the build {data_path} has seq_len {test.metadata.seq_len}, "
+              f"vocab {test.metadata.vocab_size}; the checkpoint expects {model.seq_len}, {model.vocab_size}",
+              file=sys.stderr)
         return 2
 
     info = init_distributed(args["device"])
@@ -107,7 +143,8 @@ def main(argv=None) -> int:
         model.to(info.device)
         batch_size = args.get("batch_size") or (768 if info.device.type == "cuda" else 32)
         if batch_size % info.world_size:
-            print(f"error: batch_size={batch_size} is not divisible by the world size {info.world_size}", file=sys.stderr)
+            print(f"predict.py: error: batch_size={batch_size} is not divisible by the world size {info.world_size}",
+                  file=sys.stderr)
             return 2
         batches = EvalBatches(test, global_batch_size=batch_size, rank=info.rank, world_size=info.world_size)
         metrics, arrays = evaluate(ACTLossHead(model), batches, info, progress=True)

@@ -41,10 +41,20 @@ def read_info(folder: Path) -> dict | None:
     path = Path(folder) / "info.json"
     if not path.is_file():
         return None
-    with open(path) as f:
-        info = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        # refused even with --data given: its world_size guards against a missing rank file
+        raise EvaluationInputError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(info, dict):
-        raise EvaluationInputError(f"{path} must hold a JSON object")
+        raise EvaluationInputError(f"{path} must hold a JSON object, got {type(info).__name__}")
+    # the fields vote.py uses, checked here so a wrong type is named instead of failing later
+    if not isinstance(info.get("data_path"), (str, type(None))):
+        raise EvaluationInputError(f"{path}: data_path must be a string, got {info['data_path']!r}")
+    world_size = info.get("world_size")
+    if world_size is not None and (type(world_size) is not int or world_size < 1):
+        raise EvaluationInputError(f"{path}: world_size must be a positive whole number, got {world_size!r}")
     return info
 
 

@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 NUM_AUG = 1000
 KS = (1, 2, 10, 100, 1000)
 PADDING_ROWS = 64
+# beside the checkout, not in it: present only where the official files were put there
+DEFAULT_ARC_DIR = REPO.parent / "shared/data/ARC-AGI-1/evaluation"
 
 
 def load_tasks(arc_dir: Path) -> dict[str, dict]:
@@ -211,7 +213,8 @@ def run_vote(out: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--arc-dir", type=Path, default=REPO.parent / "shared/data/ARC-AGI-1/evaluation")
+    ap.add_argument("--arc-dir", type=Path, default=DEFAULT_ARC_DIR,
+                    help=f"the ARC-AGI-1 evaluation task files (default: {DEFAULT_ARC_DIR})")
     ap.add_argument("--rows", type=int, default=385_812, help="test rows (the real build has 385,812)")
     ap.add_argument("--ranks", type=int, default=1, help="prediction files (one per GPU rank)")
     ap.add_argument("--compressed", action="store_true", help="write the predictions with savez_compressed")
@@ -220,6 +223,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    # checked before anything is written or spawned (the generator child would fail with a traceback)
+    if not any(args.arc_dir.glob("*.json")):
+        problem = "no task files (*.json) in" if args.arc_dir.is_dir() else "no such directory:"
+        default = " (the default --arc-dir)" if args.arc_dir == DEFAULT_ARC_DIR else ""
+        print(f"bench_vote.py: error: {problem} {args.arc_dir}{default}; pass --arc-dir DIR, a folder of the "
+              f"ARC-AGI-1 evaluation task files (data/evaluation of the ARC-AGI repository)", file=sys.stderr)
+        sys.exit(2)
     if args.generate_only:
         generate(args.arc_dir, args.out, args.rows, args.ranks, args.compressed, args.seed)
         return
@@ -227,9 +237,14 @@ def main() -> None:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--generate-only", "--out", str(out), "--arc-dir", str(args.arc_dir),
-                        "--rows", str(args.rows), "--ranks", str(args.ranks), "--seed", str(args.seed)]
-                       + (["--compressed"] if args.compressed else []), check=True)
+        generator = subprocess.run([sys.executable, __file__, "--generate-only", "--out", str(out),
+                                    "--arc-dir", str(args.arc_dir), "--rows", str(args.rows), "--ranks",
+                                    str(args.ranks), "--seed", str(args.seed)]
+                                   + (["--compressed"] if args.compressed else []))
+        if generator.returncode != 0:   # its own message is on stderr already; not a bad input, so not 2
+            print(f"bench_vote.py: error: generating the inputs failed (exit code {generator.returncode})",
+                  file=sys.stderr)
+            sys.exit(1)
         generated = time.perf_counter() - t0
         expected = json.loads((out / "expected.json").read_text())
         runs = [run_vote(out) for _ in range(args.runs + 1)]

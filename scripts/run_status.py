@@ -26,13 +26,24 @@ Classification of a run, from its exit code and its per-step LM loss (`train/lm_
             with more black cells has a lower loss), hence the window rather than one value;
   trained   the run ends below the floor by more than the margin;
   error     anything else (a crash, or no losses logged): not a result, and rerun on resume.
+
+From the command line, the status of finished runs (folders written by pretrain.py):
+
+    python scripts/run_status.py RUN_DIR... [--data BUILD] [--margin 0.05] [--window 40]
+
+A run folder does not record the trainer's exit code: its `diverged.json` stands for exit code 3,
+and otherwise the exit is taken as clean, so a run that crashed or is still going is classified by
+the losses it has logged so far.
 """
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 TRAINED, DIVERGED, STUCK, ERROR = "trained", "diverged", "stuck", "error"
 FINISHED = (TRAINED, DIVERGED, STUCK)    # statuses that are results; "error" is not
@@ -134,3 +145,86 @@ def smoothed_min(losses: list[float], window: int = DEFAULT_WINDOW) -> float:
     w = min(window, len(finite))
     sums = np.convolve(np.asarray(finite, np.float64), np.ones(w), mode="valid")
     return float(sums.min() / w)
+
+
+# ------------------------------------------------------------------------------ command line
+class RunStatusError(ValueError):
+    """A folder that is not a run, or a build that cannot be found; the message names it."""
+
+
+def find_build(run_dir: Path, data: str | None) -> Path:
+    """--data, else the run's all_config.yaml data_path (relative to the working directory, or to
+    the repository root, where pretrain.py is usually started)."""
+    if data:
+        candidates, source = [Path(data)], "--data"
+    else:
+        config_file = run_dir / "all_config.yaml"
+        try:
+            config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+        except yaml.YAMLError as e:
+            raise RunStatusError(f"{config_file}: not valid YAML ({str(e).splitlines()[0]}); "
+                                 f"pass --data BUILD") from None
+        recorded = config.get("data_path") if isinstance(config, dict) else None
+        if not isinstance(recorded, str) or not recorded:
+            raise RunStatusError(f"{run_dir}: no data_path in {config_file}; pass --data BUILD")
+        repo = Path(__file__).resolve().parents[1]
+        candidates, source = [Path(recorded), repo / recorded], f"data_path in {config_file}"
+    for build in candidates:
+        if (build / "train" / "dataset.json").is_file():
+            return build
+    raise RunStatusError(f"{candidates[0]} (from {source}): not a build (no train/dataset.json)")
+
+
+def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict:
+    """Status and loss figures of one run folder, classified as `classify_run` does."""
+    # imported here: the library part of this module needs none of the experiment machinery
+    from scripts.experiment_tools import last_eval, read_run_log, tail_mean, train_curve
+    try:
+        log = read_run_log(run_dir)
+    except ValueError as e:   # a line cut short (a killed run) or a foreign file
+        raise RunStatusError(f"{run_dir / 'log.jsonl'}: not valid JSON lines ({e})") from None
+    losses = train_curve(log)
+    exit_code = EXIT_DIVERGED if (run_dir / "diverged.json").is_file() else 0
+    return {"run": str(run_dir), "status": classify_run(losses, floor, exit_code, margin, window),
+            "steps": len(losses), "final_loss": tail_mean(losses, window), "min_loss": smoothed_min(losses, window),
+            "floor": floor, "eval_lm_loss": last_eval(log).get("lm_loss", math.nan)}
+
+
+def main(argv=None) -> int:
+    # the help shows the classification rules of the docstring, from its "Classification" paragraph on
+    rules = __doc__[__doc__.index("Classification of a run"):].strip()
+    ap = argparse.ArgumentParser(description="Classify training runs by their per-step LM loss against the "
+                                             "unigram floor of their build.",
+                                 epilog=rules, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders written by pretrain.py")
+    ap.add_argument("--data", help="the build the runs trained on (default: data_path in each all_config.yaml)")
+    ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
+                    help=f"how far below the floor a trained run ends (default {DEFAULT_MARGIN})")
+    ap.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                    help=f"steps averaged for the final loss (default {DEFAULT_WINDOW})")
+    args = ap.parse_args(argv)
+    if args.window < 1 or not 0 <= args.margin < 1:
+        ap.error(f"--window must be >= 1 and --margin in [0, 1), got {args.window} and {args.margin}")
+    floors: dict[Path, float] = {}      # one floor per build: reading a build's labels takes a while
+    rows = []
+    try:    # every run is read before anything is printed: an error leaves no partial table
+        for run_dir in args.runs:
+            if not (run_dir / "log.jsonl").is_file():
+                raise RunStatusError(f"{run_dir}: no log.jsonl, not a run folder of pretrain.py")
+            build = find_build(run_dir, args.data).resolve()
+            if build not in floors:
+                floors[build] = unigram_floor(build)[0]
+            rows.append(run_summary(run_dir, floors[build], args.margin, args.window))
+    except (RunStatusError, ValueError, OSError) as e:
+        print(f"run_status.py: error: {e}", file=sys.stderr)
+        return 2
+    for r in rows:
+        print(f"{r['run']}: {r['status']}  steps {r['steps']}  final loss {r['final_loss']:.4f} "
+              f"(mean of the last {min(args.window, r['steps'])})  min {r['min_loss']:.4f}  floor {r['floor']:.4f}  "
+              f"eval lm_loss {r['eval_lm_loss']:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script: the repository importable
+    sys.exit(main())

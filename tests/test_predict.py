@@ -138,3 +138,71 @@ def test_skipping_padding_rows_keeps_every_metric_of_running_them_all():
     assert abs(real_only / 5 - expected["q_halt_loss"]) > 0.1 * expected["q_halt_loss"]
     for k, v in expected.items():
         assert metrics[k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
+
+
+# ------------------------------------------------------------------------------ refused inputs
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("predict.py: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("device, message", [("tpu", "device must be one of auto, cpu, cuda, got 'tpu'"),
+                                             ("cuda", "device=cuda but CUDA is not available")])
+def test_unknown_or_unavailable_device_is_refused(device, message, small_build, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    checkpoint = write_original_run(small_build, tmp_path / "orig")    # one that would evaluate on the CPU
+    assert predict.main([f"checkpoint={checkpoint}", f"device={device}"]) == 2
+    assert message in one_line_error(capsys)
+    assert not (tmp_path / "orig" / "predictions").exists()
+    # checked first, so a typo costs no checkpoint read (they can be GBs)
+    assert predict.main([f"checkpoint={tmp_path / 'nowhere'}", f"device={device}"]) == 2
+    assert message in one_line_error(capsys)
+
+
+def truncated_torch_file(path):
+    torch.save({"format": "hrm-deeploop/model-v1", "state": {"w": torch.zeros(4096)}}, path)
+    path.write_bytes(path.read_bytes()[:2000])      # a copy or download cut short
+
+
+@pytest.mark.parametrize("name, make", [
+    ("manifest.json", lambda p: p.write_text(json.dumps({"digest": "abc", "files": []}))),
+    ("notes.txt", lambda p: p.write_text("hello\n")),
+    ("all_config.yaml", lambda p: p.write_text("arch:\n  name: hrm_v1\n")),    # torch: IndexError
+    ("empty.pt", lambda p: p.write_bytes(b"")),
+    ("step_3/model.pt", truncated_torch_file),
+])
+def test_a_file_that_is_not_a_checkpoint_is_named(name, make, tmp_path, capsys):
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make(path)
+    given = path.parent if name.endswith("model.pt") else path   # a step folder, as users pass it
+    assert predict.main([f"checkpoint={given}"]) == 2
+    err = one_line_error(capsys)
+    assert f"{path} is not a checkpoint: torch cannot read it" in err
+    assert "step_<N>/ folder or its model.pt, or an original HRM checkpoint" in err
+
+
+def test_a_torch_file_holding_no_dict_is_not_a_checkpoint(tmp_path, capsys):
+    torch.save(torch.zeros(3), tmp_path / "step_5")
+    (tmp_path / "all_config.yaml").write_text("arch: {}\n")   # beside it, as for an original checkpoint
+    assert predict.main([f"checkpoint={tmp_path / 'step_5'}"]) == 2
+    assert f"{tmp_path / 'step_5'} is not a checkpoint: it holds a Tensor" in one_line_error(capsys)
+
+
+def test_a_corrupt_trainer_state_beside_our_checkpoint_is_named(tmp_path, capsys):
+    from hrm.config import ArchConfig
+    from hrm.model import HRM
+    save_model(str(tmp_path / "step_2" / "model.pt"), HRM(ArchConfig(**ARCH), 12, 16, 6, verbose=False),
+               extra={"step": 2})
+    (tmp_path / "step_2" / "trainer.pt").write_text("not torch\n")   # where data_path is looked up
+    assert predict.main([f"checkpoint={tmp_path / 'step_2'}"]) == 2
+    assert f"{tmp_path / 'step_2' / 'trainer.pt'} is not a checkpoint" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("text", ["arch: [unclosed\n", "just a line\n"])
+def test_a_broken_all_config_beside_an_original_checkpoint_is_named(text, small_build, tmp_path, capsys):
+    checkpoint = write_original_run(small_build, tmp_path / "orig")
+    (tmp_path / "orig" / "all_config.yaml").write_text(text)
+    assert predict.main([f"checkpoint={checkpoint}", f"data_path={small_build}"]) == 2
+    assert f"{tmp_path / 'orig' / 'all_config.yaml'}: not " in one_line_error(capsys)

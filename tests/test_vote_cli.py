@@ -117,3 +117,13 @@ def test_empty_answers_take_no_attempt_and_nan_confidence_stays_valid_json(workd
     sub = json.loads((tmp_path / "s.json").read_text())
     assert sub["task_one"] == [{"attempt_1": WRONG.tolist(), "attempt_2": truth("task_one").tolist()}]
     assert sub["task_three"] == [{"attempt_1": [[0]], "attempt_2": [[0]]}]
+
+
+def test_vote_script_names_a_corrupt_info_json_without_traceback(workdir):
+    # the newest predictions (found without --predictions) have an info.json cut short
+    info = workdir / "checkpoints" / "proj" / "run" / "predictions" / "step_2" / "info.json"
+    info.write_text('{"data_path": "')
+    os.utime(info, (3_000_000, 3_000_000))
+    out = run_vote(workdir, "--data", str(workdir / "data" / "arc-tiny"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == ""
+    assert out.stderr.startswith(f"vote.py: error: {info.relative_to(workdir)}: not valid JSON")

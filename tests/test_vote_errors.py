@@ -110,3 +110,20 @@ def test_a_task_with_two_equal_test_inputs_is_refused_by_name(tmp_path):
     build = make_build(tmp_path / "build", {"twins": twins, "task_three": TASKS["task_three"]})
     with pytest.raises(EvaluationInputError, match=r"task 'twins' of .*: test inputs 0 and 1 are the same grid"):
         load_test_split(build)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"data_path": "x", "step": ', "not valid JSON"),            # a write cut short
+    (b"\xff\xfe\x00garbage", "not valid JSON"),                      # not even text
+    (b"[1, 2]", "must hold a JSON object, got list"),
+    (b'{"data_path": 5}', "data_path must be a string, got 5"),
+    (b'{"world_size": "2"}', "world_size must be a positive whole number, got '2'"),
+])
+def test_bad_info_json_is_named_even_with_data_given(build, tmp_path, capsys, content, message):
+    folder = tmp_path / "step_1"
+    Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(folder / "rank_0.npz")
+    (folder / "info.json").write_bytes(content)
+    # refused although --data makes its data_path unneeded: its world_size guards the rank count
+    assert main(["--predictions", str(folder), "--data", str(build)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vote.py: error: {folder / 'info.json'}") and message in err and err.count("\n") == 1

@@ -1,0 +1,67 @@
+"""scripts/run_status.py from the command line: one status line per run folder, errors without a traceback."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from scripts.run_status import main, unigram_floor
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_run(folder: Path, losses: list[float], data_path=None, diverged=False) -> Path:
+    """A run folder as pretrain.py leaves it: log.jsonl, all_config.yaml, diverged.json on divergence."""
+    folder.mkdir(parents=True)
+    records = [{"step": 0, "num_params": 10}] + [{"step": i + 1, "train/lm_loss": x} for i, x in enumerate(losses)]
+    (folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if data_path is not None:
+        (folder / "all_config.yaml").write_text(yaml.safe_dump({"data_path": str(data_path), "max_steps": 50}))
+    if diverged:
+        (folder / "diverged.json").write_text(json.dumps({"step": len(losses) + 1, "reason": "non-finite loss"}))
+    return folder
+
+
+def test_each_run_is_classified_against_the_floor_of_its_build(small_build, tmp_path, capsys):
+    floor = unigram_floor(small_build)[0]
+    trained = write_run(tmp_path / "trained", [floor * 1.5] * 10 + [floor * 0.5] * 40, small_build)
+    stuck = write_run(tmp_path / "stuck", [floor] * 50, small_build)
+    diverged = write_run(tmp_path / "diverged", [floor] * 5, small_build, diverged=True)
+    assert main([str(trained), str(stuck), str(diverged)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines] == [[f"{trained}:", "trained"], [f"{stuck}:", "stuck"],
+                                                   [f"{diverged}:", "diverged"]]
+    assert f"steps 50  final loss {floor * 0.5:.4f} (mean of the last 40)" in lines[0]
+    assert f"floor {floor:.4f}" in lines[0]
+
+
+def test_data_option_stands_in_for_the_config(small_build, tmp_path, capsys):
+    run = write_run(tmp_path / "run", [9.0] * 3)            # no all_config.yaml
+    assert main([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"run_status.py: error: {run}: no data_path in {run / 'all_config.yaml'}; pass --data BUILD\n"
+    assert main([str(run), "--data", str(small_build)]) == 0
+    assert capsys.readouterr().out.startswith(f"{run}: stuck  steps 3")
+
+
+def test_a_folder_that_is_not_a_run_fails_before_any_line_is_printed(small_build, tmp_path, capsys):
+    good = write_run(tmp_path / "good", [1.0] * 3, small_build)
+    assert main([str(good), str(tmp_path / "typo")]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"run_status.py: error: {tmp_path / 'typo'}: no log.jsonl, not a run folder of pretrain.py\n"
+
+
+def test_the_script_has_a_help_and_runs_from_anywhere(small_build, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # it must find the repository itself
+
+    def script(*args):
+        return subprocess.run([sys.executable, str(REPO / "scripts" / "run_status.py"), *args], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=120)
+    usage = script("--help")
+    assert usage.returncode == 0 and "RUN_DIR" in usage.stdout and "stuck" in usage.stdout
+    run = write_run(tmp_path / "run", [0.1] * 5, small_build)
+    out = script(str(run))
+    assert out.returncode == 0 and out.stdout.startswith(f"{run}: trained  steps 5"), out.stderr
