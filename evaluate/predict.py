@@ -95,6 +95,10 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
             trainer = read_torch_file(trainer_file)
             config = trainer.get("config") if isinstance(trainer, dict) else None
             data_path = config.get("data_path") if isinstance(config, dict) else None   # else: asked for below
+            # as typed for training, relative to where it ran: from elsewhere, its absolute form
+            resolved = trainer.get("data_path_resolved") if isinstance(trainer, dict) else None
+            if data_path and not Path(data_path).is_dir() and resolved and Path(resolved).is_dir():
+                data_path = resolved
         out = path.parent.parent / "predictions" / path.parent.name
     else:  # the original code: a raw state dict, its config beside it
         config_file = path.parent / "all_config.yaml"

@@ -83,6 +83,9 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         _write_atomic(tmp / "trainer.pt", {
             "format": FORMAT, "step": step, "world_size": info.world_size, "config": config,
             "scaling": model.scaling, "reader": reader_state, "evaluated_iterations": evaluated_iterations,
+            # the config keeps data_path as typed (often relative to where training ran); this one
+            # finds the build from anywhere (predict.py)
+            "data_path_resolved": str(Path(config["data_path"]).resolve()) if config.get("data_path") else None,
             "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
         })
     barrier(info)

@@ -1,6 +1,7 @@
 """evaluate/predict.py: our checkpoints and the original code's give the same predictions files,
 equal to the model's own evaluation forward, and a checkpoint that does not fit the build is refused."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -206,3 +207,17 @@ def test_a_broken_all_config_beside_an_original_checkpoint_is_named(text, small_
     (tmp_path / "orig" / "all_config.yaml").write_text(text)
     assert predict.main([f"checkpoint={checkpoint}", f"data_path={small_build}"]) == 2
     assert f"{tmp_path / 'orig' / 'all_config.yaml'}: not " in one_line_error(capsys)
+
+
+def test_a_relative_data_path_of_training_is_found_from_another_directory(small_build, tmp_path, monkeypatch):
+    from hrm.distributed import DistInfo
+    from hrm.train import Trainer
+    from tests.test_train import micro_config
+    monkeypatch.chdir(small_build.parent)       # train with data_path relative to here, as users do
+    Trainer(micro_config(Path(small_build.name), tmp_path / "run", max_steps=1, eval_save_predictions=False),
+            DistInfo(0, 1, 0, torch.device("cpu")), progress=False).fit()
+    monkeypatch.chdir(tmp_path)                 # then predict from somewhere else
+    assert not Path(small_build.name).exists()
+    assert predict.main([f"checkpoint={tmp_path / 'run' / 'step_1'}", "batch_size=16"]) == 0
+    info = json.loads((tmp_path / "run" / "predictions" / "step_1" / "info.json").read_text())
+    assert info["data_path"] == str(small_build.resolve())
