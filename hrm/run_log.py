@@ -61,6 +61,17 @@ def _plain(value):
     return value
 
 
+def _drop_partial_last_line(path: Path) -> None:
+    """A run killed while writing a record leaves a line without its newline; the resumed run's
+    first record would be glued onto it. Cut it (the resumed run logs those steps again)."""
+    if not path.is_file():
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
+
+
 class RunLog:
     """Rank 0 only: construct it there, nowhere else."""
 
@@ -70,6 +81,8 @@ class RunLog:
         mode = resolve_wandb_mode(wandb_mode)  # first: a bad mode leaves no folder behind
         self.path = Path(run_dir) / "log.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if append:
+            _drop_partial_last_line(self.path)
         self.file = open(self.path, "a" if append else "w")
         self.wandb = None
         if mode != "disabled":

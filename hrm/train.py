@@ -141,6 +141,7 @@ class Trainer:
             self.evaluated_iterations = self.reader.iteration if saved is None else saved
             if info.is_main:
                 print(f"resumed from {ckpt} at step {self.step}", flush=True)
+                self._archive_divergence()
         else:
             existing = list_checkpoints(self.run_dir)
             if existing:  # never mix a new run into an old one's checkpoints and log
@@ -213,6 +214,18 @@ class Trainer:
         record = {f"train/{k}": v / (cfg.global_batch_size if k.endswith("loss") else count) for k, v in named.items()}
         record.update({"train/loss": loss_value, "train/grad_norm": grad_norm, "train/lr": lrs["dense"]})
         return record
+
+    def _archive_divergence(self) -> None:
+        """A run resumed after diverging (say with a lower lr) is no longer diverged: its
+        diverged.json (which scripts/run_status.py and the p-sweep read) becomes diverged.<step>.json."""
+        marker = self.run_dir / "diverged.json"
+        if marker.is_file():
+            try:
+                step = int(json.loads(marker.read_text())["step"])
+            except (ValueError, KeyError, TypeError):
+                step = self.step
+            marker.rename(self.run_dir / f"diverged.{step}.json")
+            print(f"this run diverged at step {step} before; its record is now diverged.{step}.json", flush=True)
 
     def _diverged(self, loss: float, grad_norm: float) -> None:
         reason = f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {self.step + 1} " \

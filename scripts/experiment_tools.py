@@ -153,9 +153,15 @@ def read_run_log(run_dir: Path) -> list[dict]:
     if not path.is_file():
         return []
     records = []
-    for line in path.read_text().splitlines():
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
         if line.strip():
-            record = json.loads(line)
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:   # a run killed while writing its last record
+                    break
+                raise
             records.append({k: (float(v) if isinstance(v, str) and v.lower() in ("nan", "inf", "-inf") else v)
                             for k, v in record.items()})
     return records

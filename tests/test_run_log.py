@@ -66,3 +66,19 @@ def test_online_without_credentials_is_refused_and_a_self_hosted_login_counts(mo
     assert resolve_wandb_mode("auto") == "disabled"          # a key for another server
     monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
     assert resolve_wandb_mode("online") == "online" and resolve_wandb_mode("auto") == "online"
+
+
+def test_a_resumed_log_drops_the_record_a_kill_cut_short(tmp_path):
+    from hrm.run_log import RunLog
+    from scripts.experiment_tools import read_run_log
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "log.jsonl").write_text('{"step": 1, "train/loss": 2.0}\n{"step": 2, "train/lo')   # killed mid-write
+    assert read_run_log(run) == [{"step": 1, "train/loss": 2.0}]      # readers skip the cut record
+    log = RunLog(run, project="p", run_name="r", config={}, wandb_mode="disabled", append=True)
+    log.log({"train/loss": 1.5}, step=2)
+    log.close()
+    assert (run / "log.jsonl").read_text() == '{"step": 1, "train/loss": 2.0}\n{"step": 2, "train/loss": 1.5}\n'
+    (run / "log.jsonl").write_text('{"step": 1}\n{"ste\n{"step": 3}\n')  # a bad line inside is an error
+    with pytest.raises(json.JSONDecodeError):
+        read_run_log(run)

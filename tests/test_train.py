@@ -157,6 +157,10 @@ def test_divergence_stops_without_touching_the_last_good_checkpoint(small_build,
     assert (tmp_path / "run" / "latest").read_text() == "step_2"
     assert not (tmp_path / "run" / "step_3").exists()
     assert json.loads((tmp_path / "run" / "diverged.json").read_text())["step"] == 3
+    # resumed (e.g. with a lower lr), the run is no longer marked diverged; the record stays
+    Trainer(micro_config(small_build, tmp_path / "run", resume="latest", lr=1e-4), CPU, progress=False)
+    assert not (tmp_path / "run" / "diverged.json").exists()
+    assert json.loads((tmp_path / "run" / "diverged.3.json").read_text())["step"] == 3
     assert all(torch.isfinite(v).all() for v in good.values() if v.is_floating_point())
 
 
