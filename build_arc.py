@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         try:
             problems = verify(args.verify)
         except (FileNotFoundError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"build_arc.py: error: {e}", file=sys.stderr)
             return 2
         for line in problems:
             print(line)
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         with sigterm_exits():
             summary = build(cfg, progress=not args.quiet)
     except (BuildInputError, FileExistsError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"build_arc.py: error: {e}", file=sys.stderr)
         return 1
     print("\n".join(summary_lines(summary, cfg)))
     return 0

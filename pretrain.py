@@ -34,14 +34,14 @@ def launch(hydra_config: DictConfig) -> None:
     try:
         info = init_distributed(config.device)
     except RuntimeError as e:   # device=cuda without CUDA
-        print(f"error: {e}", file=sys.stderr)
+        print(f"pretrain.py: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     finished = False
     try:
         try:
             trainer = Trainer(config, info)
         except (ValueError, FileNotFoundError) as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"pretrain.py: error: {e}", file=sys.stderr)
             sys.exit(EXIT_BAD_CONFIG)
         summary = trainer.fit()
         if info.is_main:
@@ -49,7 +49,7 @@ def launch(hydra_config: DictConfig) -> None:
                   f"checkpoints in {trainer.run_dir}", flush=True)
         finished = True
     except TrainingDiverged as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"pretrain.py: error: {e}", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
     finally:
         shutdown(wait_for_peers=finished)
@@ -70,7 +70,7 @@ def check_overrides(args: list[str]) -> None:
         with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent / "configs"), version_base=None):
             compose("cfg_pretrain", overrides=args)
     except (HydraException, OmegaConfBaseException) as e:
-        print(f"invalid config: {e}", file=sys.stderr)
+        print(f"pretrain.py: invalid config: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
 
 
