@@ -143,7 +143,9 @@ phase adam "fused AdamATan2 test" 120 $PY -m pytest -q -rs tests/test_model_opti
 SMOKE="arch=hrm_tiny data_path=$DATA global_batch_size=$SMOKE_BATCH epochs=1000 eval_interval=1000 compile=false
        device=$DEVICE checkpoint_path=$RUN"
 phase smoke "pretrain smoke" 120 $PY pretrain.py $SMOKE max_steps=$SMOKE_STEPS
-phase smoke "pretrain resume" 120 $PY pretrain.py $SMOKE max_steps=$((SMOKE_STEPS * 3 / 2)) resume=latest
+# the resumed part also measures the visit alignment (hrm/diagnostics.py) on CUDA in bf16, once
+phase smoke "pretrain resume" 120 $PY pretrain.py $SMOKE max_steps=$((SMOKE_STEPS * 3 / 2)) resume=latest \
+    diagnostics_interval=$((SMOKE_STEPS * 3 / 2)) diagnostics_rows=4
 phase smoke "vote" 120 $PY evaluate/vote.py --predictions "$RUN/predictions/$(cat "$RUN/latest" 2>/dev/null)" --data "$DATA" --K 1 2 10
 
 phase deeploop "bench_train hrm_deeploop" 300 $PY scripts/bench_train.py --config $DEEPLOOP --device $DEVICE --data "$DATA" \

@@ -51,6 +51,8 @@ def test_full_rehearsal_runs_every_phase(small_build, tmp_path):
     assert "resumed from" in proc.stdout
     assert "task (paper)" in proc.stdout              # vote's pass@K table
     assert (tmp_path / "run" / "latest").read_text().strip() == "step_3"
+    run_log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in run_log if "alignment/mean" in r] == [3]   # diagnostics ran once, resumed
     assert log == proc.stdout                         # the copy that comes back from a device run
 
 
