@@ -193,7 +193,8 @@ class Trainer:
 
         keys = sorted(metrics)
         reduced = torch.stack([loss.detach().double()] + [metrics[k].double() for k in keys])
-        values = all_reduce_sum_(reduced, info).tolist()  # the step's one host sync
+        values = all_reduce_sum_(reduced, info).tolist()  # the step's host sync (sign-SGD's unique adds one
+                                                          # more, after the queue has drained)
         grad_norm = float(grad_norm)
         loss_value = values[0] / cfg.global_batch_size
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):

@@ -46,8 +46,15 @@ def small_build(folder: Path) -> Path:
     return out
 
 
+MIN_TIMED_STEPS = 5
+
+
 def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, compile_model: bool,
-          info: DistInfo, peak_tflops: float) -> dict:
+          info: DistInfo, peak_tflops: float, time_limit: float | None = None) -> dict:
+    """`time_limit`: seconds for the whole benchmark, compile included; the timed loop ends early
+    (after at least MIN_TIMED_STEPS steps) rather than run into a caller's hard limit, and the
+    result says how many steps it timed."""
+    began = time.perf_counter()
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = PretrainConfig(arch=arch_preset(config_name), data_path=str(data), global_batch_size=batch,
                              epochs=100000, eval_interval=100000, lr=1e-4, lr_warmup_steps=10,
@@ -64,11 +71,22 @@ def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, com
                 first_step_s = time.perf_counter() - start  # with --compile: mostly the compile wait
         sync()
         warmup_s = time.perf_counter() - start
+        # the compile wait, at once: a caller's timeout during the timed loop keeps this figure
+        print(json.dumps({"config": config_name, "stage": "warmed up", "first_step_s": round(first_step_s, 2)
+                          if warmup else None, "warmup_s": round(warmup_s, 2)}), flush=True)
         if info.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        for _ in range(steps):
+        timed = 0
+        while timed < steps:
             trainer.train_step(next(batches))  # the reader's work is inside the timed loop
+            timed += 1
+            if time_limit and timed >= MIN_TIMED_STEPS and timed % MIN_TIMED_STEPS == 0:
+                sync()
+                elapsed = time.perf_counter() - began
+                if elapsed + (time.perf_counter() - start) / timed * MIN_TIMED_STEPS > time_limit:
+                    break
+        steps = timed
         sync()
         seconds = time.perf_counter() - start
     seq_len = trainer.train_split.metadata.seq_len
@@ -99,6 +117,9 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS, help="for MFU (default: H200 bf16 dense)")
+    p.add_argument("--time-limit", type=float, default=float(os.environ.get("BENCH_TIME_LIMIT") or 0) or None,
+                   help="seconds per config, compile included: time fewer steps rather than run over "
+                        "(default: $BENCH_TIME_LIMIT, which scripts/gpu_check.sh sets to its phase limit)")
     args = p.parse_args()
     os.environ.setdefault("WANDB_MODE", "disabled")
 
@@ -108,8 +129,8 @@ def main() -> None:
         data = args.data or small_build(Path(tmp))
         for name in names:
             batch = args.batch or (8 if name == "hrm_tiny" else 96)
-            print(json.dumps(bench(name, data, batch, args.steps, args.warmup, args.compile, info, args.peak_tflops)),
-                  flush=True)
+            print(json.dumps(bench(name, data, batch, args.steps, args.warmup, args.compile, info, args.peak_tflops,
+                                   args.time_limit)), flush=True)
 
 
 if __name__ == "__main__":
