@@ -266,7 +266,11 @@ def _move_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
         except BaseException:
             os.rename(old, target)  # put the previous build back rather than leave no build at all
             raise
-        shutil.rmtree(old)
+        try:
+            shutil.rmtree(old)
+        except OSError as e:   # the new build is in place and complete: a leftover is no failure
+            print(f"warning: could not remove the previous build at {old} ({e}); delete it by hand",
+                  file=sys.stderr)
     _fsync_dir(target.parent)
 
 
