@@ -142,7 +142,11 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
 
-    info = init_distributed(args["device"])
+    try:
+        info = init_distributed(args["device"])
+    except RuntimeError as e:   # LOCAL_RANK beyond the visible GPUs
+        print(f"predict.py: error: {e}", file=sys.stderr)
+        return 2
     try:
         model.to(info.device)
         batch_size = args.get("batch_size") or (768 if info.device.type == "cuda" else 32)

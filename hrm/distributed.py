@@ -39,6 +39,11 @@ def init_distributed(device: str = "auto") -> DistInfo:
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if use_cuda:
+        visible = torch.cuda.device_count()
+        if local_rank >= visible:   # e.g. --nproc-per-node 8 with CUDA_VISIBLE_DEVICES naming 4
+            raise RuntimeError(f"LOCAL_RANK {local_rank} but only {visible} GPU(s) are visible to this process: "
+                               f"start at most {visible} processes per node (torchrun --nproc-per-node), or "
+                               f"check CUDA_VISIBLE_DEVICES")
         torch.cuda.set_device(local_rank)
         dev = torch.device("cuda", local_rank)
     else:

@@ -362,3 +362,12 @@ def test_resuming_with_another_architecture_is_refused_naming_the_fields(small_b
 def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
     assert sorted(losses_by_step(tmp_path / "run")) == [3, 4]
+
+
+def test_a_local_rank_beyond_the_visible_gpus_is_named(monkeypatch):
+    from hrm.distributed import init_distributed
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    with pytest.raises(RuntimeError, match="LOCAL_RANK 3 but only 2 GPU.s. are visible"):
+        init_distributed("auto")
