@@ -24,12 +24,11 @@ import yaml  # noqa: E402
 
 from arc_data.dataset import EvalBatches, load_split  # noqa: E402
 from hrm.checkpoint import is_our_format, load_model, load_original_checkpoint  # noqa: E402
-from hrm.distributed import init_distributed, shutdown  # noqa: E402
+from hrm.distributed import check_device, init_distributed, shutdown  # noqa: E402
 from hrm.evaluation import evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device"}
-DEVICES = ("auto", "cpu", "cuda")   # what hrm.distributed.init_distributed accepts
 EXPECTED = ("an hrm-deeploop step_<N>/ folder or its model.pt, or an original HRM checkpoint "
             "(a raw state dict with all_config.yaml beside it)")
 
@@ -52,10 +51,10 @@ def parse_args(argv: list[str]) -> dict:
             raise PredictError(f"batch_size must be a positive whole number, got {args['batch_size']!r}")
         args["batch_size"] = int(args["batch_size"])
     # checked here, not left to init_distributed: that runs after the checkpoint (GBs) is read
-    if args["device"] not in DEVICES:
-        raise PredictError(f"device must be one of {', '.join(DEVICES)}, got {args['device']!r}")
-    if args["device"] == "cuda" and not torch.cuda.is_available():
-        raise PredictError("device=cuda but CUDA is not available on this machine (use device=cpu or device=auto)")
+    try:
+        check_device(args["device"])
+    except (ValueError, RuntimeError) as e:
+        raise PredictError(str(e)) from None
     return args
 
 

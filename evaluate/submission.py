@@ -22,8 +22,8 @@ def build_submission(votes: Votes) -> dict[str, list[dict]]:
         entries = []
         for p in range(int(split.task_pair_start[k]), int(split.task_pair_start[k + 1])):
             ranked = range(int(c.pair_start[p]), int(c.pair_start[p + 1]))
-            grids = (votes.grid(g) for g in ranked)
-            attempts = [grid.tolist() for grid in islice((grid for grid in grids if grid.size), 2)]
+            answers = (grid for grid in map(votes.grid, ranked) if grid.size)
+            attempts = [grid.tolist() for grid in islice(answers, 2)]
             attempts += [attempts[0] if attempts else NO_ANSWER] * (2 - len(attempts))
             entries.append({"attempt_1": attempts[0], "attempt_2": attempts[1]})
         submission[task] = entries

@@ -28,12 +28,20 @@ class DistInfo:
         return self.world_size > 1
 
 
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def check_device(device: str) -> None:
+    """ValueError for an unknown device, RuntimeError for device=cuda without CUDA."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device=cuda but CUDA is not available on this machine (use device=cpu or device=auto)")
+
+
 def init_distributed(device: str = "auto") -> DistInfo:
     """Join the process group if launched by torchrun; pick this process's device."""
-    if device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device=cuda but CUDA is not available on this machine")
+    check_device(device)
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

@@ -133,8 +133,8 @@ class Trainer:
             ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None)
             if not cfg.checkpoint_path:
                 self.run_dir = ckpt.parent  # keep writing into the run we continue
-            state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info)
-            check_same_arch(state["config"], cfg, ckpt)
+            state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info,
+                                    check_config=lambda saved: check_same_arch(saved, cfg, ckpt))
             self.step, self.carry = state["step"], state["carry"]
             self.reader.load_state_dict(state["reader"])
             saved = state["evaluated_iterations"]

@@ -128,9 +128,11 @@ def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
     return path
 
 
-def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: DistInfo) -> dict:
+def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: DistInfo,
+                    check_config=None) -> dict:
     """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config",
-    "evaluated_iterations" (None in checkpoints that predate it)}.
+    "evaluated_iterations" (None in checkpoints that predate it)}. `check_config(saved_config)`
+    runs before anything is restored (the weights can be GBs) and may refuse the checkpoint.
 
     The carry is restored only when the world size is unchanged (each rank's rows in flight are
     its own); otherwise every rank starts from a fresh carry."""
@@ -138,6 +140,8 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
     trainer = torch.load(step_dir / "trainer.pt", map_location="cpu", weights_only=True)
     if trainer.get("format") != FORMAT:
         raise ValueError(f"{step_dir / 'trainer.pt'}: not a {FORMAT} checkpoint")
+    if check_config is not None:
+        check_config(trainer["config"])
     weights = torch.load(step_dir / "model.pt", map_location="cpu", weights_only=True)
     load_state_strict(model, weights["state"])
     if set(trainer["optimizers"]) != set(optimizers):

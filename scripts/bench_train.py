@@ -70,10 +70,10 @@ def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, com
                 sync()
                 first_step_s = time.perf_counter() - start  # with --compile: mostly the compile wait
         sync()
-        warmup_s = time.perf_counter() - start
+        warm = {"first_step_s": round(first_step_s, 2) if warmup else None,
+                "warmup_s": round(time.perf_counter() - start, 2)}
         # the compile wait, at once: a caller's timeout during the timed loop keeps this figure
-        print(json.dumps({"config": config_name, "stage": "warmed up", "first_step_s": round(first_step_s, 2)
-                          if warmup else None, "warmup_s": round(warmup_s, 2)}), flush=True)
+        print(json.dumps({"config": config_name, "stage": "warmed up", **warm}), flush=True)
         if info.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
@@ -94,7 +94,7 @@ def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, com
     fpt = flops_per_token(trainer.model.arch, seq_len, trainer.train_split.metadata.vocab_size)
     result = {"config": config_name, "device": str(info.device), "dtype": str(trainer.model.compute_dtype(info.device)),
               "threads": torch.get_num_threads(), "batch": batch, "steps": steps, "compiled": bool(compile_model),
-              "first_step_s": round(first_step_s, 2) if warmup else None, "warmup_s": round(warmup_s, 2),
+              **warm,
               "steps_per_s": round(steps / seconds, 4), "tokens_per_s": round(tokens_per_s, 1),
               "flops_per_token": round(fpt), "achieved_tflops": round(fpt * tokens_per_s / 1e12, 3)}
     if info.device.type == "cuda":

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       latest_checkpoint, last_eval, read_run_log, run_logged, shell_line,
-                                      tail_mean, train_curve, visible_gpus)
+                                      gpu_env, resolve_gpus, tail_mean, train_curve)
 from scripts.run_status import unigram_floor  # noqa: E402
 from arc_data.manifest import read_manifest  # noqa: E402
 
@@ -109,7 +109,7 @@ def paper_recipe(args) -> Recipe:
 def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say, gpu: str | None = None) -> dict:
     """Train, predict, vote for one arm (on `gpu`, as CUDA_VISIBLE_DEVICES names it, when given);
     returns its row of the table."""
-    env = {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None
+    env = gpu_env(gpu)
     run_dir = recipe.run_dir(arm)
     if run_dir.exists():
         # the trainer appends to an old log.jsonl and keeps old checkpoints: start clean, except that
@@ -279,7 +279,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.preset == "paper" and (args.source_dir or args.jobs or args.threads or args.gpus):
         ap.error("--source-dir, --jobs, --threads and --gpus belong to --preset cpu (paper: --nproc)")
     if args.preset == "cpu":
-        args.gpus = [] if args.gpus == ["none"] else (args.gpus or visible_gpus())
+        args.gpus = resolve_gpus(args.gpus)
     args.out = args.out or Path(f"results/compare_{args.preset}")
     if args.preset == "cpu" and not args.threads:   # both arms at once share the cores
         args.threads = max(1, (os.cpu_count() or 1) // (args.jobs or 2))

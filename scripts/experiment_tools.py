@@ -114,6 +114,17 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+def resolve_gpus(requested: list[str] | None) -> list[str]:
+    """The --gpus option of the experiment scripts: the names given, the visible GPUs when none
+    are given, no GPU for `none`."""
+    return [] if requested == ["none"] else (requested or visible_gpus())
+
+
+def gpu_env(gpu: str | None) -> dict | None:
+    """The child variables that put a run on `gpu` (a CUDA_VISIBLE_DEVICES name), for run_logged."""
+    return {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None
+
+
 def shell_line(cmd: list[str]) -> str:
     """The command as one copy-pasteable line: this interpreter shown as `python`, and
     `python -m torch.distributed.run` (what we start, independent of PATH) as `torchrun`.

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       last_eval, read_run_log, run_logged, shell_line, tail_mean,
-                                      train_curve, visible_gpus)
+                                      train_curve, gpu_env, resolve_gpus)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, FINISHED, classify_run,  # noqa: E402
                                 smoothed_min, unigram_floor)
 
@@ -165,7 +165,7 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | 
     check_build(build, digest)
     code, seconds = run_logged(cmd, cell_dir / "train.log", step=f"cell {cell.folder}", threads=args.threads,
                                allowed_codes=tuple(range(256)),
-                               env={"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None)
+                               env=gpu_env(gpu))
     record = {"signature": command_signature(cmd), "digest": digest, "command": shell_line(cmd),
               "exit_code": code, "seconds": round(seconds, 1), "gpu": gpu}
     tmp = cell_dir / ".cell.json.tmp"
@@ -251,7 +251,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, help="output stem: writes OUT.csv, OUT.png, OUT.md (default results/p_sweep)")
     args = ap.parse_args(argv)
     preset = PRESETS.get(args.preset, {})
-    args.gpus = [] if args.gpus == ["none"] else (args.gpus or visible_gpus())
+    args.gpus = resolve_gpus(args.gpus)
     defaults = dict(p=DEFAULT_P, seeds=[0, 1, 2], lr=[1e-3], loops=None, steps=200, jobs=len(args.gpus) or 1,
                     arch="hrm_tiny", out="results/p_sweep", work="checkpoints/p_sweep")
     for key, value in {**defaults, **preset}.items():
