@@ -125,7 +125,8 @@ def visit_alignment(loss_head, batch: dict, carry=None, max_rows: int | None = N
     # The diagnostic forward must not disturb training: keep the puzzle rows the sparse
     # optimizer may still have to apply, and the random stream of the ACT exploration.
     puzzle = getattr(model, "puzzle_embedding", None)
-    saved_rows = (puzzle.batch_rows, puzzle.batch_ids, list(puzzle.lookups)) if puzzle is not None else None
+    saved_rows = ((puzzle.batch_rows, puzzle.batch_ids, list(puzzle.lookups), puzzle.prepared)
+                  if puzzle is not None else None)
     model.full_graph_segments = True
     try:
         with torch.random.fork_rng(devices=devices):
@@ -133,7 +134,7 @@ def visit_alignment(loss_head, batch: dict, carry=None, max_rows: int | None = N
     finally:
         model.full_graph_segments = False
         if puzzle is not None:
-            puzzle.batch_rows, puzzle.batch_ids, puzzle.lookups = saved_rows
+            puzzle.batch_rows, puzzle.batch_ids, puzzle.lookups, puzzle.prepared = saved_rows
     report = {name: alignment(gs) for name, gs in contributions.items()}
     values = [r["alignment"] for r in report.values()]
     report["summary"] = {"mean_alignment": sum(values) / len(values),

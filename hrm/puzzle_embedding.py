@@ -2,8 +2,12 @@
 
 The table ([num_puzzle_identifiers, ndim], zero-initialised, float32) is a persistent *buffer*, not
 a parameter: AdamATan2 never sees it, and only the rows of the current batch change per step. In a
-training forward (training mode and grad enabled) the looked-up rows become a fresh leaf tensor
-that receives the gradient; the optimizer reads that leaf and the ids it came from.
+training forward (training mode and grad enabled) the looked-up rows have a zero leaf tensor of
+their shape added; the leaf's .grad is then exactly the rows' gradient, and the optimizer reads it
+and the ids it came from. The trainer makes that leaf before the (compiled) step with
+``prepare_lookup``: a tensor made to require grad inside torch.compile breaks the graph, one made
+outside is just another input, so the whole ACT step stays one graph. Without it (eager callers,
+tests) the forward makes its own leaf.
 
 Sign-SGD with decoupled weight decay, per unique id u of the (global) batch:
     g_u = sum of the gradients of every batch row with id u
@@ -17,9 +21,11 @@ micro-batches update the table exactly as k ranks would.
 Public API
 ----------
 ``PuzzleEmbedding(num_identifiers, ndim)``    forward(ids [B]) -> rows [B, ndim] (float32);
-                                              ``table`` buffer; ``batch_rows``/``batch_ids`` of
-                                              the latest training forward, ``lookups`` all of
-                                              them since the optimizer's last zero_grad.
+                                              ``table`` buffer; ``batch_rows`` (the gradient leaf)
+                                              and ``batch_ids`` of the latest training forward,
+                                              ``lookups`` all of them since the optimizer's last
+                                              zero_grad; ``prepare_lookup(B)`` makes the next
+                                              training forward's (``prepared``).
 ``PuzzleSignSGD(embedding, lr=1e-2, weight_decay=0.1)``  a torch Optimizer (param_groups[0]["lr"]
                                               is what a schedule sets); step(), zero_grad().
 """
@@ -36,16 +42,36 @@ class PuzzleEmbedding(nn.Module):
         self.register_buffer("table", torch.zeros(num_identifiers, ndim))
         self.batch_rows: torch.Tensor | None = None
         self.batch_ids: torch.Tensor | None = None
-        self.lookups: list[tuple[torch.Tensor, torch.Tensor]] = []   # (rows, ids) per training forward
+        self.lookups: list[tuple[torch.Tensor, torch.Tensor]] = []   # (leaf, ids) per training forward
+        self.prepared: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def prepare_lookup(self, batch_size: int) -> None:
+        """Make the next training forward's gradient leaf and ids buffer (for `batch_size` rows) here,
+        outside any compiled region, and register them as a lookup: the forward then only reads the
+        leaf and fills the ids in place, which torch.compile traces without a graph break and, for
+        every micro-batch and step, without a recompile."""
+        device = self.table.device
+        leaf = torch.zeros(batch_size, self.table.shape[1], device=device, requires_grad=True)
+        ids = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.prepared = (leaf, ids)
+        self.batch_rows, self.batch_ids = leaf, ids
+        self.lookups.append((leaf, ids))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = self.table[ids.long()]
+        ids = ids.long()
+        rows = self.table[ids]
         if self.training and torch.is_grad_enabled():
-            # The gathered copy is a leaf of its own: its .grad is exactly the per-row gradient
-            # the sparse optimizer needs, and the table itself never enters autograd.
-            rows.requires_grad_(True)
-            self.batch_rows, self.batch_ids = rows, ids
-            self.lookups.append((rows, ids))
+            # rows + a zero leaf: the same values, and the leaf's .grad is exactly the per-row
+            # gradient the sparse optimizer needs; the table itself never enters autograd.
+            prepared, self.prepared = self.prepared, None
+            if prepared is not None and prepared[0].shape == rows.shape:
+                leaf, batch_ids = prepared
+                batch_ids.copy_(ids)
+            else:  # eager callers (under torch.compile this breaks the graph)
+                leaf, batch_ids = torch.zeros_like(rows).requires_grad_(True), ids
+                self.batch_rows, self.batch_ids = leaf, batch_ids
+                self.lookups.append((leaf, batch_ids))
+            rows = rows + leaf
         return rows
 
 
@@ -67,10 +93,10 @@ class PuzzleSignSGD(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         # Every lookup whose rows received a gradient (several under gradient accumulation).
-        done = [(rows, ids) for rows, ids in self.embedding.lookups if rows.grad is not None]
+        done = [(leaf, ids) for leaf, ids in self.embedding.lookups if leaf.grad is not None]
         if not done:
             return None  # no training forward/backward since the last step: nothing to update
-        grads = torch.cat([rows.grad for rows, _ in done])
+        grads = torch.cat([leaf.grad for leaf, _ in done])
         ids = torch.cat([ids for _, ids in done]).long()
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             ids, grads = _all_gather(ids), _all_gather(grads)
@@ -86,6 +112,6 @@ class PuzzleSignSGD(torch.optim.Optimizer):
     def zero_grad(self, set_to_none: bool = True):
         """Forget the looked-up rows and their gradients (either way: a row kept with a zeroed
         gradient would still be decayed by the next step)."""
-        for rows, _ in self.embedding.lookups:
-            rows.grad = None
+        for leaf, _ in self.embedding.lookups:
+            leaf.grad = None
         self.embedding.lookups.clear()

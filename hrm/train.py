@@ -176,8 +176,11 @@ class Trainer:
         parts = cfg.grad_accum_steps
         micro = batch["inputs"].shape[0] // parts
         carries, loss, metrics = [], 0.0, {}
+        puzzle = getattr(self.model, "puzzle_embedding", None)
         for j in range(parts):
             rows = slice(j * micro, (j + 1) * micro)
+            if puzzle is not None:
+                puzzle.prepare_lookup(micro)  # its gradient leaf, made outside the compiled step
             part_carry, part_loss, part_metrics, _, _ = self.step_fn(
                 self.carry.rows(rows), {k: v[rows] for k, v in batch.items()})
             (part_loss / cfg.global_batch_size).backward()

@@ -54,6 +54,7 @@ def one_step(model: HRM, device, compile_model: bool = False) -> dict:
     sparse = PuzzleSignSGD(model.puzzle_embedding, lr=1e-2, weight_decay=0.1)
     batch = batch_on(device)
     forward = torch.compile(head) if compile_model else head
+    model.puzzle_embedding.prepare_lookup(BATCH)  # as the trainer does: the step stays one graph
     result = forward(head.initial_carry(batch), batch)
     (result.loss / BATCH).backward()
     grads = {name: p.grad.detach().cpu().clone() for name, p in model.named_parameters()}

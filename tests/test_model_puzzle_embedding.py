@@ -100,3 +100,76 @@ def test_all_gather_across_gloo_ranks(tmp_path):
         table = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         assert torch.allclose(table, expected), rank
     assert expected[1, 0] == TABLE[1, 0] * 0.95 + 0.1   # summed -1 -> moves up
+
+
+def test_prepared_leaf_receives_the_rows_gradient_and_is_used_once():
+    emb = PuzzleEmbedding(5, 3).train()
+    emb.table.copy_(TABLE)
+    emb.prepare_lookup(2)
+    leaf, ids = emb.prepared
+    rows = emb(torch.tensor([4, 1], dtype=torch.int32))
+    assert torch.equal(rows, TABLE[[4, 1]])           # rows + zero leaf: the same values
+    assert emb.batch_rows is leaf and emb.prepared is None and ids.tolist() == [4, 1]
+    (rows * torch.tensor([[1.0, 2.0, 3.0], [-1.0, 0.0, 0.5]])).sum().backward()
+    assert torch.equal(leaf.grad, torch.tensor([[1.0, 2.0, 3.0], [-1.0, 0.0, 0.5]]))
+    # a lookup prepared for another batch size is not used (no gradient: the optimizer skips
+    # it); the forward makes its own
+    emb.prepare_lookup(3)
+    rows = emb(torch.tensor([0, 2]))
+    rows.sum().backward()
+    assert emb.batch_rows.shape == (2, 3) and emb.prepared is None
+    assert [(leaf.grad is not None, tuple(ids.tolist())) for leaf, ids in emb.lookups] == \
+        [(True, (4, 1)), (False, (0, 0, 0)), (True, (0, 2))]
+    before = emb.table.clone()
+    PuzzleSignSGD(emb, lr=0.1, weight_decay=0.0).step()
+    assert torch.equal(emb.table[3], before[3]) and not torch.equal(emb.table[0], before[0])
+
+
+def test_compiled_act_step_is_one_graph_and_matches_eager():
+    """With the trainer's prepare_lookup, torch.compile traces the whole training ACT step
+    (embedding lookup, segment, heads, target-Q pass, loss) as one graph (fullgraph=True would
+    raise at a graph break), does not recompile for the next step's new leaf, and gives eager's
+    loss and gradients, the puzzle rows' included."""
+    import copy
+
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    from hrm.loss import ACTLossHead
+
+    arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_layers=1, L_layers=1, H_cycles=2,
+                      L_cycles=2, halt_max_steps=3, halt_exploration_prob=0.0, puzzle_emb_ndim=32)
+    torch.manual_seed(0)
+    eager_model = HRM(arch, 12, 8, 5, verbose=False)
+    compiled_model = copy.deepcopy(eager_model)
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    torch._dynamo.reset()
+    try:
+        results = {}
+        for name, model in (("eager", eager_model), ("compiled", compiled_model)):
+            head = ACTLossHead(model).train()
+            step = torch.compile(head, backend=counter, fullgraph=True, dynamic=False) if name == "compiled" else head
+            g = torch.Generator().manual_seed(3)
+            batches = [{"inputs": torch.randint(0, 12, (4, 8), generator=g),
+                        "labels": torch.randint(0, 12, (4, 8), generator=g),
+                        "puzzle_identifiers": torch.randint(0, 5, (4,), generator=g, dtype=torch.int32)}
+                       for _ in range(2)]
+            carry, out = head.initial_carry(batches[0]), []
+            for b in batches:
+                model.puzzle_embedding.prepare_lookup(4)
+                carry, loss, _, _, _ = step(carry, b)
+                loss.backward()
+                out.append((loss.detach(), model.puzzle_embedding.batch_rows.grad.clone(),
+                            {k: p.grad.clone() for k, p in model.named_parameters()}))
+                model.zero_grad()
+            assert len(model.puzzle_embedding.lookups) == 2   # kept until the sparse optimizer's zero_grad
+            results[name] = out
+        assert counter.frame_count == 1            # one graph, traced once for both steps
+        for (loss_e, rows_e, grads_e), (loss_c, rows_c, grads_c) in zip(results["eager"], results["compiled"]):
+            torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(rows_c, rows_e, rtol=1e-4, atol=1e-6)
+            assert rows_e.abs().sum() > 0
+            for k in grads_e:
+                torch.testing.assert_close(grads_c[k], grads_e[k], rtol=1e-4, atol=1e-6, msg=k)
+    finally:
+        torch._dynamo.reset()
