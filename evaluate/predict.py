@@ -1,16 +1,19 @@
 """Run a checkpoint over a build's test split and write the predictions files for vote.py.
 
-    python evaluate/predict.py checkpoint=PATH [data_path=DIR] [output_dir=DIR] [batch_size=N] [device=auto|cpu|cuda]
+    python evaluate/predict.py checkpoint=PATH [data_path=DIR] [output_dir=DIR] [batch_size=N]
+                               [device=auto|cpu|cuda] [compile=auto|true|false]
     torchrun --nproc-per-node 8 evaluate/predict.py checkpoint=PATH
 
 PATH is one of ours (a `step_<N>/` folder or its `model.pt`) or one written by the original HRM
 code (a raw state-dict file such as `step_414456`, with `all_config.yaml` beside it). Every row is
 reset once and runs exactly halt_max_steps segments; the last segment's argmax tokens and q_halt
 logits are written, one `rank_<r>.npz` per rank plus `info.json` (DESIGN.md, "Predictions").
-Default output: `<run>/predictions/<step>/` beside the checkpoint.
+Default output: `<run>/predictions/<step>/` beside the checkpoint. `compile` (auto: on CUDA)
+runs the segment under torch.compile, as training's evaluation does.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -25,10 +28,11 @@ import yaml  # noqa: E402
 from arc_data.dataset import EvalBatches, load_split  # noqa: E402
 from hrm.checkpoint import is_our_format, load_model, load_original_checkpoint  # noqa: E402
 from hrm.distributed import check_device, init_distributed, shutdown  # noqa: E402
-from hrm.evaluation import evaluate, write_predictions  # noqa: E402
+from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 
-KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device"}
+KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
+SWITCH = {"auto": "auto", "true": True, "false": False}
 EXPECTED = ("an hrm-deeploop step_<N>/ folder or its model.pt, or an original HRM checkpoint "
             "(a raw state dict with all_config.yaml beside it)")
 
@@ -38,7 +42,7 @@ class PredictError(ValueError):
 
 
 def parse_args(argv: list[str]) -> dict:
-    args = {"device": "auto"}
+    args = {"device": "auto", "compile": "auto"}
     for item in argv:
         key, sep, value = item.partition("=")
         if not sep or key not in KEYS:
@@ -50,11 +54,19 @@ def parse_args(argv: list[str]) -> dict:
         if not args["batch_size"].isdigit() or int(args["batch_size"]) < 1:
             raise PredictError(f"batch_size must be a positive whole number, got {args['batch_size']!r}")
         args["batch_size"] = int(args["batch_size"])
-    # checked here, not left to init_distributed: that runs after the checkpoint (GBs) is read
+    if str(args["compile"]).lower() not in SWITCH:
+        raise PredictError(f"compile must be auto, true or false, got {args['compile']!r}")
+    args["compile"] = SWITCH[str(args["compile"]).lower()]
+    # checked here, not left to init_distributed and after: those run after the checkpoint (GBs) is read
     try:
         check_device(args["device"])
     except (ValueError, RuntimeError) as e:
         raise PredictError(str(e)) from None
+    on_cuda = args["device"] == "cuda" or (args["device"] == "auto" and torch.cuda.is_available())
+    args.setdefault("batch_size", 768 if on_cuda else 32)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if args["batch_size"] % world_size:
+        raise PredictError(f"batch_size={args['batch_size']} is not divisible by the world size {world_size}")
     return args
 
 
@@ -148,13 +160,10 @@ def main(argv=None) -> int:
         return 2
     try:
         model.to(info.device)
-        batch_size = args.get("batch_size") or (768 if info.device.type == "cuda" else 32)
-        if batch_size % info.world_size:
-            print(f"predict.py: error: batch_size={batch_size} is not divisible by the world size {info.world_size}",
-                  file=sys.stderr)
-            return 2
-        batches = EvalBatches(test, global_batch_size=batch_size, rank=info.rank, world_size=info.world_size)
-        metrics, arrays = evaluate(ACTLossHead(model), batches, info, progress=True)
+        batches = EvalBatches(test, global_batch_size=args["batch_size"], rank=info.rank, world_size=info.world_size)
+        compile_segment = args["compile"] is True or (args["compile"] == "auto" and info.device.type == "cuda")
+        metrics, arrays = evaluate(ACTLossHead(model), batches, info, progress=True,
+                                   segment=compiled_segment(model) if compile_segment else None)
         out_dir = Path(args.get("output_dir") or out)
         write_predictions(out_dir, arrays, info, data_path=data_path, step=step, checkpoint=str(args["checkpoint"]))
         if info.is_main:

@@ -27,10 +27,20 @@ def to_device(batch: dict, device: torch.device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+def compiled_segment(model):
+    """``model.segment`` under torch.compile, for evaluation (HRM.predict's ``segment``). One
+    segment, not the whole prediction: the halt_max_steps segments reuse one graph, whose size and
+    compile wait are those of a training step's, where the unrolled prediction would be 16 times
+    that. Fixed shapes: `evaluate` then keeps the padded last batch whole, so a run compiles it once."""
+    return torch.compile(model.segment, dynamic=False)
+
+
 @torch.inference_mode()
-def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, progress: bool = False):
+def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, progress: bool = False,
+             segment=None):
     """Run every test batch through `loss_head.evaluate`; returns (metrics averaged per counted row,
-    this rank's prediction arrays or None). Collective: every rank must call it."""
+    this rank's prediction arrays or None). Collective: every rank must call it. ``segment``: a
+    compiled segment (`compiled_segment`) for `HRM.predict`; every batch is then run at full size."""
     was_training = loss_head.training
     loss_head.eval()
     sums = None
@@ -38,15 +48,16 @@ def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, 
     parts: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "preds": [], "q_halt_logits": []}
     for batch in tqdm(batches, desc="eval", unit="batch", disable=not (progress and info.is_main), leave=False):
         # The reader pads the last batch with identical blank rows (identifier 0) at its end: one is
-        # run, for all of them. It has no labels, so it only counts towards q_halt_loss, where HRM
-        # scores it as "exactly correct": BCE(q_halt, 1) = softplus(-q_halt) per blank row. The
-        # original runs every blank row; adding that term for the ones skipped keeps its number.
+        # run, for all of them (unless compiled: another batch size would compile again). It has no
+        # labels, so it only counts towards q_halt_loss, where HRM scores it as "exactly correct":
+        # BCE(q_halt, 1) = softplus(-q_halt) per blank row. The original runs every blank row;
+        # adding that term for the ones skipped keeps its number.
         n = len(batch["puzzle_identifiers"])
-        real = int(torch.count_nonzero(batch["puzzle_identifiers"]))
+        real = int(torch.count_nonzero(batch["puzzle_identifiers"])) if segment is None else n
         if real < n:
             batch = {k: v[:real + 1] for k, v in batch.items()}
         batch = to_device(batch, info.device)
-        metrics, outputs = loss_head.evaluate(batch)
+        metrics, outputs = loss_head.evaluate(batch, segment)
         if real + 1 < n and "q_halt_loss" in metrics:
             skipped = F.softplus(-outputs["q_halt_logits"][real].float()) * (n - real - 1)
             metrics = {**metrics, "q_halt_loss": metrics["q_halt_loss"] + skipped}

@@ -18,8 +18,8 @@ Public API
     ``initial_carry(batch)``
     ``forward(carry, batch) -> ACTStep(carry, loss, metrics, outputs, all_halted)``
         outputs are detached; all_halted is a bool tensor (no host sync)
-    ``evaluate(batch) -> (metrics, outputs)``  one evaluation batch: every row reset once, exactly
-        halt_max_steps segments; metrics and outputs (with preds) of the final segment
+    ``evaluate(batch, segment=None) -> (metrics, outputs)``  one evaluation batch: every row reset
+        once, exactly halt_max_steps segments; metrics and outputs (with preds) of the final segment
 """
 from __future__ import annotations
 
@@ -118,9 +118,10 @@ class ACTLossHead(nn.Module):
         return loss, metrics
 
     @torch.no_grad()
-    def evaluate(self, batch):
-        """Metrics (summed counts, as in training) and outputs of one evaluation batch."""
-        outputs = self.model.predict(batch)
+    def evaluate(self, batch, segment=None):
+        """Metrics (summed counts, as in training) and outputs of one evaluation batch
+        (``segment``: see ``HRM.predict``)."""
+        outputs = self.model.predict(batch, segment)
         size = batch["inputs"].shape[0]
         device = batch["inputs"].device
         steps = torch.full((size,), self.model.arch.halt_max_steps, dtype=torch.int32, device=device)

@@ -17,8 +17,9 @@ Public API
     ``.initial_carry(batch) -> Carry`` every row halted, so the first call loads and resets all
     ``.forward(carry, batch) -> (Carry, outputs)``  one ACT step; outputs: logits [B, seq, vocab],
         q_halt_logits [B], q_continue_logits [B] (float32), and target_q_continue [B] in training
-    ``.predict(batch) -> dict``       evaluation: every row reset once, exactly halt_max_steps
-        segments, outputs of the last: logits, preds (argmax tokens), q_halt_logits, q_continue_logits
+    ``.predict(batch, segment=None) -> dict``  evaluation: every row reset once, exactly
+        halt_max_steps segments, outputs of the last: logits, preds (argmax tokens), q_halt_logits,
+        q_continue_logits; ``segment`` replaces ``.segment`` (a compiled copy)
     ``.embed(inputs, puzzle_identifiers, dtype)``, ``.segment(z_H, z_L, x, full_graph=False, q_only=False)``,
     ``.heads(z_H, with_logits=True)``  the pieces, for diagnostics and tests
     ``.compute_dtype(device)``        forward dtype on that device (auto: bf16 on CUDA, else fp32)
@@ -212,17 +213,20 @@ class HRM(nn.Module):
 
     # ------------------------------------------------------------------------------- evaluation
     @torch.no_grad()
-    def predict(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def predict(self, batch: dict[str, torch.Tensor], segment=None) -> dict[str, torch.Tensor]:
         """Evaluation as published: reset every row once, run exactly halt_max_steps segments (no
         early halting, so rows stay in lockstep), report the last segment. Independent of
-        train/eval mode; heads run once, at the end."""
+        train/eval mode; heads run once, at the end. ``segment``: a stand-in for ``self.segment``
+        with the same signature (the trainer's compiled one)."""
+        segment = segment or self.segment
         inputs = batch["inputs"]
         dtype = self.compute_dtype(inputs.device)
         x = self.embed(inputs, batch["puzzle_identifiers"], dtype)
-        z_H = self.H_init.to(dtype).expand_as(x)
-        z_L = self.L_init.to(dtype).expand_as(x)
+        # Contiguous start states: every segment then sees the same strides (one compiled graph).
+        z_H = self.H_init.to(dtype).expand_as(x).contiguous()
+        z_L = self.L_init.to(dtype).expand_as(x).contiguous()
         for _ in range(self.arch.halt_max_steps):
-            z_H, z_L = self.segment(z_H, z_L, x)
+            z_H, z_L = segment(z_H, z_L, x)
         logits, q_halt, q_continue = self.heads(z_H)
         return {"logits": logits, "preds": logits.argmax(-1), "q_halt_logits": q_halt,
                 "q_continue_logits": q_continue}

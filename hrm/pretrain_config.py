@@ -57,6 +57,7 @@ class PretrainConfig(BaseModel):
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     compile: Literal["auto", True, False] = "auto"
+    compile_eval: Literal["auto", True, False] = "auto"
     log_interval: int = Field(default=1, gt=0)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
 

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from arc_data.dataset import EvalBatches, TrainBatches, load_split
 from hrm.diagnostics import visit_alignment
 from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object)
-from hrm.evaluation import evaluate, to_device, write_predictions
+from hrm.evaluation import compiled_segment, evaluate, to_device, write_predictions
 from hrm.loss import ACTLossHead
 from hrm.model import HRM, Carry
 from hrm.optim import AdamATan2
@@ -122,8 +122,13 @@ class Trainer:
                                                           weight_decay=cfg.puzzle_emb_weight_decay)
             self.base_lrs["puzzle_emb"] = cfg.puzzle_emb_lr
         self.step_fn = self.loss_head
-        if cfg.compile is True or (cfg.compile == "auto" and info.device.type == "cuda"):
+        compiled = cfg.compile is True or (cfg.compile == "auto" and info.device.type == "cuda")
+        if compiled:
             self.step_fn = torch.compile(self.loss_head, dynamic=False)
+        # Evaluation compiles one segment on its own (no grad, its own graph; see compiled_segment).
+        self.eval_segment = None
+        if cfg.compile_eval is True or (cfg.compile_eval == "auto" and compiled):
+            self.eval_segment = compiled_segment(self.model)
 
         self.project, self.run_name, self.run_dir = run_names(cfg, info)
         self.step = 0
@@ -265,7 +270,7 @@ class Trainer:
         batches = EvalBatches(self.test_split, global_batch_size=cfg.eval_batch_size or cfg.global_batch_size,
                               rank=info.rank, world_size=info.world_size)
         metrics, arrays = evaluate(self.loss_head, batches, info, keep_predictions=cfg.eval_save_predictions,
-                                   progress=self.progress)
+                                   progress=self.progress, segment=self.eval_segment)
         self.evaluated_iterations = self.reader.iteration
         if arrays is not None:
             write_predictions(self.run_dir / "predictions" / f"step_{self.step}", arrays, info,

@@ -7,7 +7,8 @@
 # back all it can); [full] marks the FULL=1 ones:
 #   model     [full] bench_model.py hrm_v1: the model-only training step, eager bf16 (issue 3)
 #   tests     [full] tests/test_gpu.py (CUDA step = CPU step, SDPA vs a float64 reference, bf16,
-#                    torch.compile vs eager) and flash-attn vs SDPA (skips without flash_attn)
+#                    torch.compile vs eager for the training step and the evaluation segment) and
+#                    flash-attn vs SDPA (skips without flash_attn)
 #   v1             bench_train.py hrm_v1: the training loop, bf16 + torch.compile
 #   adam      [full] fused AdamATan2 against our fallback; built in the background from the start,
 #                    when the adam-atan2 source archive came in $WHEELS and nvcc is there

@@ -137,3 +137,18 @@ def test_compiled_step_on_gpu_matches_eager():
     assert_close(compiled["logits"], eager["logits"], 1e-4, "compiled logits")
     for name, grad in eager["grads"].items():
         assert_close(compiled["grads"][name], grad, 1e-3, f"compiled gradient of {name}")
+
+
+def test_compiled_evaluation_segment_on_gpu_matches_eager():
+    """Evaluation under compile (hrm.evaluation.compiled_segment, inductor on CUDA): the
+    halt_max_steps segments of HRM.predict give eager's logits and predictions."""
+    from hrm.evaluation import compiled_segment
+
+    _, model = twin_models(forward_dtype="float32", H_layers=1, L_layers=1)
+    batch = batch_on(DEVICE)
+    with torch.inference_mode():
+        eager = model.predict(batch)
+        compiled = model.predict(batch, compiled_segment(model))
+    assert_close(compiled["logits"].float().cpu(), eager["logits"].float().cpu(), 1e-4, "compiled eval logits")
+    agree = (compiled["preds"] == eager["preds"]).float().mean().item()
+    assert agree > 0.999, f"compiled eval predictions agree on {agree:.4%} of the cells"

@@ -80,7 +80,7 @@ def test_evaluation_skips_the_padding_rows_of_a_batch():
             super().__init__()
             self.sizes = []
 
-        def evaluate(self, batch):
+        def evaluate(self, batch, segment=None):
             n = len(batch["inputs"])
             self.sizes.append(n)
             real = (batch["puzzle_identifiers"] != 0).sum()
@@ -221,3 +221,50 @@ def test_a_relative_data_path_of_training_is_found_from_another_directory(small_
     assert predict.main([f"checkpoint={tmp_path / 'run' / 'step_1'}", "batch_size=16"]) == 0
     info = json.loads((tmp_path / "run" / "predictions" / "step_1" / "info.json").read_text())
     assert info["data_path"] == str(small_build.resolve())
+
+
+def test_compiled_segment_evaluation_is_one_graph_and_matches_eager(small_build, tmp_path, monkeypatch):
+    """predict.py compile=true (what training's evaluation does under compile): every batch, the
+    padded last one included, and every segment reuse one graph (first segment's start states too),
+    and the predictions equal the eager ones; the compiled run keeps the padded batch whole, whose
+    blank rows (identifier 0) vote.py ignores."""
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    original = write_original_run(small_build, tmp_path / "orig")
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    made = []
+
+    def fake_compiled_segment(model):   # the real one's settings, a backend fast enough for a test
+        made.append(model)
+        return torch.compile(model.segment, backend=counter, dynamic=False)
+
+    monkeypatch.setattr(predict, "compiled_segment", fake_compiled_segment)
+    torch._dynamo.reset()
+    try:
+        assert predict.main([f"checkpoint={original}", "batch_size=12", "output_dir=" + str(tmp_path / "eager")]) == 0
+        assert not made                                  # auto: not on CPU
+        assert predict.main([f"checkpoint={original}", "batch_size=12", "compile=true",
+                             "output_dir=" + str(tmp_path / "compiled")]) == 0
+    finally:
+        torch._dynamo.reset()
+    assert len(made) == 1 and counter.frame_count == 1
+    eager, compiled = read(tmp_path / "eager"), read(tmp_path / "compiled")
+    n = len(np.load(small_build / "test" / "all__inputs.npy"))
+    assert n % 12 and len(compiled["preds"]) == -(-n // 12) * 12 > len(eager["preds"])   # padded batch kept whole
+    real_e, real_c = eager["puzzle_identifiers"] != 0, compiled["puzzle_identifiers"] != 0
+    assert real_e.sum() == real_c.sum() == n
+    for key in ("puzzle_identifiers", "inputs", "preds"):
+        assert np.array_equal(eager[key][real_e], compiled[key][real_c]), key
+    np.testing.assert_allclose(eager["q_halt_logits"][real_e], compiled["q_halt_logits"][real_c], rtol=1e-5, atol=1e-5)
+
+
+def test_predict_refuses_bad_compile_and_batch_size_before_loading(tmp_path, monkeypatch, capsys):
+    missing = tmp_path / "no-such-checkpoint"   # never read: the arguments are refused first
+    assert predict.main([f"checkpoint={missing}", "compile=maybe"]) == 2
+    assert "compile must be auto, true or false, got 'maybe'" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert predict.main([f"checkpoint={missing}", "batch_size=16", "device=cpu"]) == 2
+    assert "batch_size=16 is not divisible by the world size 3" in capsys.readouterr().err
+    assert predict.main([f"checkpoint={missing}", "device=cpu"]) == 2   # the CPU default, 32
+    assert "batch_size=32 is not divisible by the world size 3" in capsys.readouterr().err

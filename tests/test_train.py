@@ -371,3 +371,31 @@ def test_a_local_rank_beyond_the_visible_gpus_is_named(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "3")
     with pytest.raises(RuntimeError, match="LOCAL_RANK 3 but only 2 GPU.s. are visible"):
         init_distributed("auto")
+
+
+def test_compile_eval_compiles_the_evaluation_segment_and_keeps_its_numbers(small_build, tmp_path, monkeypatch):
+    """compile_eval=auto follows compile (off on CPU by default); compile_eval=true runs the
+    evaluation through a compiled segment, which gives the eager evaluation's metrics and trains
+    the same (training itself stays eager here)."""
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    import hrm.train
+    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    monkeypatch.setattr(hrm.train, "compiled_segment",   # the real settings, a backend fast enough for a test
+                        lambda model: torch.compile(model.segment, backend=counter, dynamic=False))
+    plain = Trainer(micro_config(small_build, tmp_path / "plain", max_steps=2), CPU, progress=False)
+    assert plain.eval_segment is None and plain.step_fn is plain.loss_head
+    torch._dynamo.reset()
+    try:
+        compiled = Trainer(micro_config(small_build, tmp_path / "compiled", max_steps=2, compile_eval=True),
+                           CPU, progress=False)
+        assert compiled.eval_segment is not None and compiled.step_fn is compiled.loss_head
+        result = compiled.fit()
+    finally:
+        torch._dynamo.reset()
+    expected = plain.fit()
+    assert counter.frame_count == 1 and compiled.history == plain.history
+    assert expected["eval"].keys() == result["eval"].keys() and expected["eval"]["count"] > 0
+    for key, value in expected["eval"].items():
+        assert result["eval"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
