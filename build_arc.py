@@ -40,22 +40,28 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 @contextlib.contextmanager
-def sigterm_exits():
-    """Turn SIGTERM (kill, a batch scheduler's timeout) into SystemExit while inside, so the build's
-    `except BaseException` removes its temporary folder as it does on Ctrl-C; by default SIGTERM
-    ends the process on the spot and leaves hundreds of MB behind. The previous handler comes back
-    afterwards. Handlers can only be set from the main thread; elsewhere this does nothing."""
+def termination_exits():
+    """Turn SIGTERM (kill, a batch scheduler's timeout) and SIGHUP (the terminal or ssh session
+    closed) into SystemExit while inside, so the build's `except BaseException` removes its
+    temporary folder as it does on Ctrl-C; by default both end the process on the spot and leave
+    hundreds of MB behind. A signal already ignored stays ignored (`nohup python build_arc.py`
+    must outlive its terminal). The previous handlers come back afterwards. Handlers can only be
+    set from the main thread; elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def exit_on_sigterm(signum, frame):
-        raise SystemExit(128 + signum)  # the status a shell reports for a process killed by SIGTERM
-    previous = signal.signal(signal.SIGTERM, exit_on_sigterm)
+    def exit_on_signal(signum, frame):
+        raise SystemExit(128 + signum)  # the status a shell reports for a process killed by it
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, exit_on_signal)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main(argv=None) -> int:
@@ -80,7 +86,7 @@ def main(argv=None) -> int:
               "(--listing-order reverse: 1,045,829 puzzle identifiers); this sorted build will not match its "
               "puzzle-embedding table.", file=sys.stderr)
     try:
-        with sigterm_exits():
+        with termination_exits():
             summary = build(cfg, progress=not args.quiet)
     except (BuildInputError, FileExistsError) as e:
         print(f"build_arc.py: error: {e}", file=sys.stderr)

@@ -366,28 +366,57 @@ sys.exit(build_arc.main(sys.argv[1:]))
 """
 
 
-def test_sigterm_removes_the_temporary_folder(tmp_path):
+def start_slow_build(tmp_path, ignore_sighup=False):
     import signal
-    import time
     src = small_source(tmp_path / "src")
     out = tmp_path / "b"
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_BUILD, "--source-dir", str(src), "--num-aug", "3",
+    # as `nohup` starts it: SIGHUP ignored from the start
+    preexec = (lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if ignore_sighup else None
+    return subprocess.Popen([sys.executable, "-c", SLOW_BUILD, "--source-dir", str(src), "--num-aug", "3",
                              "--output-dir", str(out), "--quiet"], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+
+
+def wait_for_temporary_folder(proc, tmp_path):
+    import time
+    tmp = tmp_path / f".b.tmp-{proc.pid}"
+    deadline = time.monotonic() + 15
+    while not tmp.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert tmp.exists(), proc.communicate(timeout=5) if proc.poll() is not None else "no temporary folder in 15 s"
+    return tmp
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_remove_the_temporary_folder(tmp_path, signame):
+    import signal
+    signum = getattr(signal, signame)
+    proc = start_slow_build(tmp_path)
     try:
-        tmp = tmp_path / f".b.tmp-{proc.pid}"
-        deadline = time.monotonic() + 15
-        while not tmp.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert tmp.exists(), proc.communicate(timeout=5) if proc.poll() is not None else "no temporary folder in 15 s"
-        proc.send_signal(signal.SIGTERM)
+        wait_for_temporary_folder(proc, tmp_path)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=15)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     assert sorted(os.listdir(tmp_path)) == ["src"]  # no target, no temporary folder
-    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+    assert proc.returncode == 128 + signum and "Traceback" not in err, err
+
+
+def test_an_ignored_sighup_stays_ignored(tmp_path):
+    """Under nohup the build must outlive its terminal: SIGHUP changes nothing."""
+    import signal
+    import time
+    proc = start_slow_build(tmp_path, ignore_sighup=True)
+    try:
+        tmp = wait_for_temporary_folder(proc, tmp_path)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None and tmp.exists()     # still building
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def dead_pid() -> int:
