@@ -54,9 +54,12 @@ def estimated_total_steps(config: PretrainConfig, train_split) -> int:
     return int(config.epochs * meta.total_groups * meta.mean_puzzle_examples / config.global_batch_size)
 
 
-def run_names(config: PretrainConfig, info: DistInfo) -> tuple[str, str, Path]:
+def run_names(config: PretrainConfig, info: DistInfo, tag: str = "") -> tuple[str, str, Path]:
+    """(project, run, run folder). The default run name is `<arch>-<time stamp>[-<tag>]` (rank 0's
+    clock); `tag` tells apart the runs of one sweep (pretrain.py's multirun: the swept values)."""
     project = config.project_name or f"{Path(config.data_path).name}-hrm"
-    run = config.run_name or broadcast_object(f"{config.arch.name}-{datetime.now():%Y%m%d-%H%M%S}", info)
+    run = config.run_name or broadcast_object(f"{config.arch.name}-{datetime.now():%Y%m%d-%H%M%S}"
+                                              + (f"-{tag}" if tag else ""), info)
     run_dir = Path(config.checkpoint_path) if config.checkpoint_path else Path("checkpoints") / project / run
     return project, run, run_dir
 
@@ -93,6 +96,7 @@ class Trainer:
     info: DistInfo
     progress: bool = True
     history: list = field(default_factory=list)  # (step, loss) on rank 0, for tests and scripts
+    run_tag: str = ""                            # appended to a default run name (see run_names)
 
     def __post_init__(self):
         cfg, info = self.config, self.info
@@ -130,7 +134,7 @@ class Trainer:
         if cfg.compile_eval is True or (cfg.compile_eval == "auto" and compiled):
             self.eval_segment = compiled_segment(self.model)
 
-        self.project, self.run_name, self.run_dir = run_names(cfg, info)
+        self.project, self.run_name, self.run_dir = run_names(cfg, info, self.run_tag)
         self.step = 0
         self.carry = None
         self.evaluated_iterations = 0   # reader iterations whose evaluation has run

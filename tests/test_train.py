@@ -399,3 +399,24 @@ def test_compile_eval_compiles_the_evaluation_segment_and_keeps_its_numbers(smal
     assert expected["eval"].keys() == result["eval"].keys() and expected["eval"]["count"] > 0
     for key, value in expected["eval"].items():
         assert result["eval"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+def test_a_hydra_sweep_names_its_runs_by_the_swept_values_and_survives_a_divergence(small_build, tmp_path):
+    """`pretrain.py -m ... lr=1e30,1e-3`: each job's default run name ends in its swept value; the
+    diverging job (lr 1e30 overflows the activations at once) is recorded and the sweep goes on, then
+    exits 3; Hydra's sweep record lands under checkpoints/, not in the working directory."""
+    micro = [f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"] + ["arch.scaling.rule=deeploop"]
+    cmd = [sys.executable, str(ROOT / "pretrain.py"), "-m", "arch=hrm_tiny", *micro, f"data_path={small_build}",
+           "global_batch_size=8", "epochs=100", "eval_interval=100", "max_steps=3", "lr_warmup_steps=0",
+           "eval_save_predictions=false", "project_name=sweep", "lr=1e30,1e-3"]
+    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, WANDB_MODE="disabled"))
+    assert run.returncode == 3, run.stderr[-3000:]
+    runs = {r.name.split("-", 3)[-1]: r for r in (tmp_path / "checkpoints" / "sweep").iterdir()}
+    assert sorted(runs) == ["lr=0.001", "lr=1e+30"], runs          # as Hydra writes the values
+    ok, diverged = runs["lr=0.001"], runs["lr=1e+30"]
+    assert (ok / "latest").read_text() == "step_3" and not (ok / "diverged.json").exists()
+    assert json.loads((diverged / "diverged.json").read_text())["step"] <= 3
+    assert f"1 run(s) of the sweep diverged: {diverged.name}" in run.stderr
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
+    assert len(list((tmp_path / "checkpoints" / "multirun").glob("*/multirun.yaml"))) == 1
