@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -194,7 +195,7 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
     num_identifiers = len(names) + 1
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    tmp = target.parent / f".{target.name}.tmp-{_owner()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
@@ -259,7 +260,7 @@ def _move_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
         why = _why_not_replaceable(target)
         if why:
             raise FileExistsError(f"--output-dir {target}: {why}")
-        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        old = target.parent / f".{target.name}.old-{_owner()}"
         os.rename(target, old)
         try:
             os.rename(tmp, target)
@@ -323,6 +324,17 @@ def _check_apart_from_sources(cfg: BuildConfig, target: Path) -> None:
                               "write the build somewhere else")
 
 
+def _host() -> str:
+    """This machine's name as it can appear in a file name."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname()) or "localhost"
+
+
+def _owner() -> str:
+    """`<host>-<pid>`: which build a temporary folder belongs to. The host matters on a filesystem
+    shared between machines, where a process id says nothing about another machine's builds."""
+    return f"{_host()}-{os.getpid()}"
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)  # signal 0: only asks whether the process exists
@@ -336,16 +348,19 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_leftovers(target: Path) -> None:
-    """Delete the `.NAME.tmp-<pid>` / `.NAME.old-<pid>` folders beside `target` that builds killed
-    beyond cleaning up (SIGKILL, power loss) left behind: they can be hundreds of MB each. Leftovers of
-    a process still alive belong to a build in progress and stay."""
+    """Delete the `.NAME.tmp-<host>-<pid>` / `.NAME.old-<host>-<pid>` folders beside `target` that
+    builds on this machine killed beyond cleaning up (SIGKILL, power loss) left behind: they can be
+    hundreds of MB each. Leftovers of a process still alive belong to a build in progress and stay,
+    and so do other machines' (a shared filesystem: their processes cannot be seen from here).
+    Names without a host (`.NAME.tmp-<pid>`, older versions) count as this machine's."""
     if not target.parent.is_dir():
         return
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|old)-(\d+)")
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|old)-(?:(.+)-)?(\d+)")
+    host = _host()
     removed = []
     for entry in sorted(target.parent.iterdir()):
         match = pattern.fullmatch(entry.name)
-        if not match or _pid_alive(int(match[2])):
+        if not match or match[2] not in (None, host) or _pid_alive(int(match[3])):
             continue
         if match[1] == "old" and not os.path.lexists(target):
             # the build died between moving the previous build aside and moving its own in: this is

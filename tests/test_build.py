@@ -379,7 +379,7 @@ def start_slow_build(tmp_path, ignore_sighup=False):
 
 def wait_for_temporary_folder(proc, tmp_path):
     import time
-    tmp = tmp_path / f".b.tmp-{proc.pid}"
+    tmp = tmp_path / f".b.tmp-{build_mod._host()}-{proc.pid}"
     deadline = time.monotonic() + 15
     while not tmp.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -427,20 +427,24 @@ def dead_pid() -> int:
 
 def test_leftovers_of_dead_builds_are_removed_at_the_start(tmp_path, capsys):
     src = small_source(tmp_path / "src")
-    dead, alive = dead_pid(), os.getppid()
-    for name in (f".b.tmp-{dead}", f".b.old-{dead}", f".b.tmp-{alive}", f".c.tmp-{dead}", f".b.tmp-{dead}x"):
+    dead, alive, here = dead_pid(), os.getppid(), build_mod._host()
+    kept = [f".b.tmp-{here}-{alive}", f".c.tmp-{here}-{dead}", f".b.tmp-{here}-{dead}x",
+            f".b.tmp-other-box-{dead}"]     # another machine's (shared filesystem): its pids mean nothing here
+    for name in [f".b.tmp-{here}-{dead}", f".b.old-{here}-{dead}", f".b.tmp-{dead}"] + kept:
         write_task(tmp_path / name, "part", "{}")
     args = ["--source-dir", str(src), "--num-aug", "2", "--output-dir", str(tmp_path / "b"), "--quiet"]
     assert build_arc.main(args) == 0
     err = capsys.readouterr().err
     # without a build at b, the dead build's .old may be the only copy of the previous one: kept, and said
-    assert f"removed 1 leftover(s) of killed builds from {tmp_path}: .b.tmp-{dead}\n" in err, err
-    assert f"warning: {tmp_path / f'.b.old-{dead}'} holds the previous b" in err
-    assert sorted(os.listdir(tmp_path)) == sorted([f".b.old-{dead}", f".b.tmp-{alive}", f".c.tmp-{dead}",
-                                                   f".b.tmp-{dead}x", "b", "src"])
+    # (a name without a host is an older version's, from this machine)
+    removed = [line for line in err.splitlines() if line.startswith("removed ")]
+    assert removed and removed[0].startswith(f"removed 2 leftover(s) of killed builds from {tmp_path}: "), err
+    assert sorted(removed[0].split(": ", 1)[1].split(", ")) == sorted([f".b.tmp-{dead}", f".b.tmp-{here}-{dead}"])
+    assert f"warning: {tmp_path / f'.b.old-{here}-{dead}'} holds the previous b" in err
+    assert sorted(os.listdir(tmp_path)) == sorted([f".b.old-{here}-{dead}", *kept, "b", "src"])
     assert build_arc.main(args + ["--overwrite"]) == 0
-    assert f"removed 1 leftover(s) of killed builds from {tmp_path}: .b.old-{dead}\n" in capsys.readouterr().err
-    assert sorted(os.listdir(tmp_path)) == sorted([f".b.tmp-{alive}", f".c.tmp-{dead}", f".b.tmp-{dead}x", "b", "src"])
+    assert f"removed 1 leftover(s) of killed builds from {tmp_path}: .b.old-{here}-{dead}\n" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == sorted([*kept, "b", "src"])
 
 
 def test_a_source_without_evaluation_warns_of_an_empty_test_split(tmp_path, capsys):
