@@ -1,0 +1,47 @@
+"""torch.compile traces the training ACT step (with the trainer's prepare_lookup) and the evaluation
+segment as single graphs for every architecture option: a graph break, anywhere, raises here
+(fullgraph=True). Dynamo only (backend "eager"): numbers against eager are checked in
+test_model_puzzle_embedding.py, test_predict.py and, with inductor on CUDA, test_gpu.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hrm.config import ArchConfig
+from hrm.loss import ACTLossHead
+from hrm.model import HRM
+
+BASE = dict(hidden_size=32, num_heads=2, expansion=2, H_layers=2, L_layers=1, H_cycles=2, L_cycles=2,
+            halt_max_steps=3, halt_exploration_prob=0.1, puzzle_emb_ndim=32, scaling={"rule": "deeploop"})
+
+
+@pytest.mark.parametrize("options", [
+    dict(pos_encodings="learned", loss_type="softmax", scaling={"rule": "none"}),
+    dict(scaling={"rule": "prenorm_1_over_n"}),
+    dict(puzzle_emb_ndim=0),                    # no puzzle embedding
+    dict(puzzle_emb_ndim=40),                   # two puzzle tokens, the second padded
+], ids=["learned-softmax-none", "prenorm", "no-puzzle-embedding", "padded-puzzle-tokens"])
+def test_training_step_and_evaluation_segment_compile_without_graph_breaks(options):
+    import torch._dynamo
+    torch.manual_seed(0)
+    arch = ArchConfig(**{**BASE, **options})
+    model = HRM(arch, 12, 16, 5, verbose=False)
+    head = ACTLossHead(model).train()
+    g = torch.Generator().manual_seed(0)
+    batch = {"inputs": torch.randint(0, 12, (4, 16), generator=g), "labels": torch.randint(0, 12, (4, 16), generator=g),
+             "puzzle_identifiers": torch.randint(0, 5, (4,), generator=g, dtype=torch.int32)}
+    torch._dynamo.reset()
+    try:
+        step = torch.compile(head, backend="eager", fullgraph=True, dynamic=False)
+        carry = head.initial_carry(batch)
+        for _ in range(2):
+            if arch.puzzle_emb_ndim:
+                model.puzzle_embedding.prepare_lookup(4)
+            carry, loss, _, _, _ = step(carry, batch)
+            loss.backward()
+        assert torch.isfinite(loss)
+        segment = torch.compile(model.segment, backend="eager", fullgraph=True, dynamic=False)
+        with torch.inference_mode():
+            assert model.predict(batch, segment)["preds"].shape == (4, 16)
+    finally:
+        torch._dynamo.reset()
