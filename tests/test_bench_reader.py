@@ -1,0 +1,23 @@
+"""bench_reader.py: one JSON line per world size and one for the evaluation pass, with the rows a
+rank really gets (its share of the global batch) and the whole test split read once."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from conftest import ROOT
+
+
+def test_bench_reader_reports_each_ranks_share_and_a_full_eval_pass(small_build):
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_reader.py"), "--data", str(small_build),
+                          "--batch", "8", "--world", "1", "4", "--seconds", "0.2", "--epochs-per-iteration", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    train, evals = lines[:2], lines[2]
+    assert [(t["world_size"], t["rank"], t["rows_per_batch"]) for t in train] == [(1, 0, 8), (4, 3, 2)]
+    assert all(t["batches_per_s"] > 0 and t["rows_per_s"] > 0 for t in train)
+    test_rows = len(np.load(small_build / "test" / "all__inputs.npy"))
+    # rank 0 of 4 gets a quarter of every padded global batch of 8
+    assert evals["reader"] == "eval" and evals["rows"] == 2 * evals["batches"] == 2 * -(-test_rows // 8)
