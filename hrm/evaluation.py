@@ -1,4 +1,5 @@
-"""Evaluation over a build's test split: metrics and the predictions files that evaluate/vote.py reads.
+"""Evaluation over a build's test split: metrics, the predictions files that evaluate/vote.py reads,
+and their pass@K (the same voting, for the training log).
 
 Predictions (contract, DESIGN.md): one `rank_<r>.npz` per rank with `puzzle_identifiers` int32 [n],
 `inputs` uint8 [n, 900], `preds` uint8 [n, 900] (argmax tokens of the final segment),
@@ -80,6 +81,21 @@ def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, 
         result["count"] = count
     arrays = {k: np.concatenate(v) if v else _EMPTY[k] for k, v in parts.items()} if keep_predictions else None
     return result, arrays
+
+
+def score_predictions(folder: Path, split, ks) -> dict[str, float]:
+    """pass@K of a predictions folder exactly as evaluate/vote.py scores it (count-first voting):
+    `pass@K` the paper's task fraction, `pair_pass@K` the ARC Prize per-test-input credit.
+    `split`: the build's `evaluate.build_reader.load_test_split` (loaded once per run)."""
+    from evaluate.predictions import resolve_predictions
+    from evaluate.scoring import pair_stats, pass_at_k
+    from evaluate.voting import vote
+    results = pass_at_k(pair_stats(vote(resolve_predictions(str(folder)).files, split)), split.task_pair_start, ks)
+    scores = {}
+    for k, r in results.items():
+        scores[f"pass@{k}"] = r["task"]
+        scores[f"pair_pass@{k}"] = r["pair"]
+    return scores
 
 
 def write_predictions(out_dir: str | Path, arrays: dict, info: DistInfo, *, data_path: str, step: int | None,

@@ -6,7 +6,7 @@ keys and bad values with a message naming the field, before any work starts.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -51,6 +51,7 @@ class PretrainConfig(BaseModel):
 
     eval_save_predictions: bool = True
     eval_batch_size: Optional[int] = Field(default=None, gt=0)
+    eval_pass_k: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [1, 2, 10, 100, 1000])
 
     diagnostics_interval: Optional[int] = Field(default=None, gt=0)
     diagnostics_rows: int = Field(default=8, gt=0)

@@ -8,7 +8,7 @@ One optimizer step (as published HRM trains):
      embedding's sign-SGD all-gathers its rows itself;
   3. a non-finite loss or gradient stops the run (nothing is saved over the last good checkpoint);
   4. AdamATan2 on the dense weights, sign-SGD on the puzzle rows, both at the scheduled lr.
-Every `eval_interval` epochs: metrics on the test split and the predictions for voting.
+Every `eval_interval` epochs: metrics on the test split, the predictions for voting and their pass@K.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tqdm import tqdm
 from arc_data.dataset import EvalBatches, TrainBatches, load_split
 from hrm.diagnostics import visit_alignment
 from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object)
-from hrm.evaluation import compiled_segment, evaluate, to_device, write_predictions
+from hrm.evaluation import compiled_segment, evaluate, score_predictions, to_device, write_predictions
 from hrm.loss import ACTLossHead
 from hrm.model import HRM, Carry
 from hrm.optim import AdamATan2
@@ -138,6 +138,7 @@ class Trainer:
         self.step = 0
         self.carry = None
         self.evaluated_iterations = 0   # reader iterations whose evaluation has run
+        self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0)
         if cfg.resume:
             ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None)
             if not cfg.checkpoint_path:
@@ -277,13 +278,32 @@ class Trainer:
                                    progress=self.progress, segment=self.eval_segment)
         self.evaluated_iterations = self.reader.iteration
         if arrays is not None:
-            write_predictions(self.run_dir / "predictions" / f"step_{self.step}", arrays, info,
-                              data_path=cfg.data_path, step=self.step, checkpoint=None)
+            folder = write_predictions(self.run_dir / "predictions" / f"step_{self.step}", arrays, info,
+                                       data_path=cfg.data_path, step=self.step, checkpoint=None)
+            if info.is_main and metrics and cfg.eval_pass_k:
+                metrics = {**metrics, **self.pass_at_k(folder)}
         if info.is_main and metrics:
             self.log.log({f"eval/{k}": v for k, v in metrics.items()}, step=self.step)
-            shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in ("exact_accuracy", "accuracy", "lm_loss") if k in metrics)
+            shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in ("exact_accuracy", "accuracy", "lm_loss", "pass@1", "pass@2")
+                              if k in metrics)
             print(f"eval at step {self.step}: {shown}", flush=True)
         return metrics
+
+    def pass_at_k(self, folder: Path) -> dict:
+        """pass@K of this evaluation's predictions (rank 0; seconds even for a full build). A build
+        that voting cannot score (no test tasks) logs none, and a voting error is reported, never
+        fatal to the run."""
+        from evaluate.build_reader import load_test_split
+        from evaluate.errors import EvaluationInputError
+        try:
+            if self._vote_split is None:
+                self._vote_split = load_test_split(Path(self.config.data_path))
+            if not self._vote_split.tasks:
+                return {}
+            return score_predictions(folder, self._vote_split, self.config.eval_pass_k)
+        except EvaluationInputError as e:
+            print(f"warning: no pass@K for {folder}: {e}", flush=True)
+            return {}
 
     def save(self) -> Path:
         return save_checkpoint(self.run_dir, step=self.step, model=self.model, optimizers=self.optimizers,

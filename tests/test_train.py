@@ -420,3 +420,40 @@ def test_a_hydra_sweep_names_its_runs_by_the_swept_values_and_survives_a_diverge
     assert f"1 run(s) of the sweep diverged: {diverged.name}" in run.stderr
     assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
     assert len(list((tmp_path / "checkpoints" / "multirun").glob("*/multirun.yaml"))) == 1
+
+
+def test_evaluation_logs_pass_at_k_as_vote_py_scores_the_predictions(small_build, tmp_path, monkeypatch):
+    """eval/pass@K and eval/pair_pass@K in the log: 1.0 at every K when every prediction is the
+    right answer (the first evaluation's predictions are replaced by the build's labels), and for
+    the model's own predictions exactly what evaluate/vote.py reports for the same folder."""
+    import hrm.train
+    from evaluate import vote
+
+    real_evaluate, calls = hrm.train.evaluate, []
+    labels = np.load(small_build / "test" / "all__labels.npy")
+
+    def first_one_perfect(*args, **kwargs):
+        metrics, arrays = real_evaluate(*args, **kwargs)
+        if not calls:
+            real = arrays["puzzle_identifiers"] != 0
+            arrays["preds"][real] = labels          # the right output of every test row
+        calls.append(1)
+        return metrics, arrays
+
+    monkeypatch.setattr(hrm.train, "evaluate", first_one_perfect)
+    cfg = micro_config(small_build, tmp_path / "run", epochs=2, eval_interval=1, max_steps=None,
+                       eval_pass_k=[1, 2, 10])
+    Trainer(cfg, CPU, progress=False).fit()
+    evals = [r for r in map(json.loads, (tmp_path / "run" / "log.jsonl").read_text().splitlines())
+             if "eval/lm_loss" in r]
+    assert len(evals) == len(calls) == 2
+    for k in (1, 2, 10):
+        assert evals[0][f"eval/pass@{k}"] == evals[0][f"eval/pair_pass@{k}"] == 1.0
+    assert "eval/pass@100" not in evals[0]
+    step = evals[1]["step"]
+    assert vote.main(["--predictions", str(tmp_path / "run" / "predictions" / f"step_{step}"),
+                      "--K", "1", "2", "10", "--json", str(tmp_path / "vote.json")]) == 0
+    voted = json.loads((tmp_path / "vote.json").read_text())["pass_at_k"]
+    for k in ("1", "2", "10"):
+        assert evals[1][f"eval/pass@{k}"] == voted[k]["task"]
+        assert evals[1][f"eval/pair_pass@{k}"] == voted[k]["pair"]
