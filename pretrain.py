@@ -7,9 +7,12 @@
 Config: configs/cfg_pretrain.yaml and configs/arch/*.yaml; any field can be overridden as key=value.
 Exit codes: 0 done, 2 bad config, 3 diverged (non-finite loss or gradient).
 
-A Hydra sweep (`python pretrain.py -m arch=hrm_tiny arch.scaling.p=0.3,0.5,0.7`) runs its jobs one
-after the other; each default run name ends in the values swept (`...-arch.scaling.p=0.3`), and a
-diverged job is recorded (diverged.json) without stopping the others: the sweep exits 3 at the end.
+A Hydra sweep (`python pretrain.py -m arch=hrm_tiny arch.scaling.p=0.3,0.5,0.7`, or
+`hydra.sweeper.params` in a config) runs its jobs one after the other. Each job's run name ends in
+its swept values: `<arch>-<time>-arch.scaling.p=0.3` by default, `<run_name>-arch.scaling.p=0.3` with
+run_name, `<checkpoint_path>/arch.scaling.p=0.3` with checkpoint_path (so `resume=latest` continues
+every job's own run). A diverged job is recorded (diverged.json) without stopping the others; the
+sweep exits 3 at the end.
 """
 from __future__ import annotations
 
@@ -25,22 +28,30 @@ EXIT_BAD_CONFIG, EXIT_DIVERGED = 2, 3
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
 
 
-def swept_keys(args: list[str]) -> set[str]:
-    """The keys a command line sweeps (`p=0.3,0.5`, `lr=range(1,3)`, `+x=choice(a,b)`)."""
+def swept_keys(argv: list[str]) -> set[str]:
+    """The keys a command line sweeps (`p=0.3,0.5`, `lr=range(1,3)`, `+x=choice(a,b)`), read with
+    Hydra's own argument parser (flags such as `--config-name NAME` are not overrides)."""
+    from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    overrides = OverridesParser.create().parse_overrides([a for a in args if not a.startswith("-")])
-    return {o.key_or_group for o in overrides if o.is_sweep_override()}
+    overrides = get_args_parser().parse_known_args(argv)[0].overrides
+    return {o.key_or_group for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()}
+
+
+def is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    return HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def sweep_tag() -> str:
-    """In a multirun (-m), this job's values of the swept keys (`arch.scaling.p=0.3`), for its run
-    name; '' in a single run. '/' becomes '_': a run name is one folder."""
+    """In a multirun (-m), this job's values of the swept keys (`arch.scaling.p=0.3`), swept on the
+    command line or in `hydra.sweeper.params`, for its run name; '' otherwise. '/' becomes '_': the
+    tag is one folder name."""
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    hydra_config = HydraConfig.get()
-    if hydra_config.mode != RunMode.MULTIRUN:
+    if not is_multirun():
         return ""
-    swept = swept_keys(sys.argv[1:])
+    hydra_config = HydraConfig.get()
+    swept = swept_keys(sys.argv[1:]) | set(OmegaConf.select(hydra_config, "sweeper.params", default=None) or {})
     job = [o for o in hydra_config.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept]
     return ",".join(job).replace("/", "_")
 
@@ -75,7 +86,7 @@ def launch(hydra_config: DictConfig) -> None:
         finished = True
     except TrainingDiverged as e:
         print(f"pretrain.py: error: {e}", file=sys.stderr)
-        if not sweep_tag():
+        if not is_multirun():
             sys.exit(EXIT_DIVERGED)
         diverged_jobs.append(trainer.run_name)   # a sweep goes on with its next job
     finally:

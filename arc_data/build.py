@@ -351,16 +351,20 @@ def remove_stale_leftovers(target: Path) -> None:
     """Delete the `.NAME.tmp-<host>-<pid>` / `.NAME.old-<host>-<pid>` folders beside `target` that
     builds on this machine killed beyond cleaning up (SIGKILL, power loss) left behind: they can be
     hundreds of MB each. Leftovers of a process still alive belong to a build in progress and stay,
-    and so do other machines' (a shared filesystem: their processes cannot be seen from here).
+    and so do other machines' (a shared filesystem: their processes cannot be seen from here),
+    which are named in a note.
     Names without a host (`.NAME.tmp-<pid>`, older versions) count as this machine's."""
     if not target.parent.is_dir():
         return
     pattern = re.compile(rf"\.{re.escape(target.name)}\.(tmp|old)-(?:(.+)-)?(\d+)")
     host = _host()
-    removed = []
+    removed, foreign = [], []
     for entry in sorted(target.parent.iterdir()):
         match = pattern.fullmatch(entry.name)
-        if not match or match[2] not in (None, host) or _pid_alive(int(match[3])):
+        if match and match[2] not in (None, host):
+            foreign.append(entry.name)
+            continue
+        if not match or _pid_alive(int(match[3])):
             continue
         if match[1] == "old" and not os.path.lexists(target):
             # the build died between moving the previous build aside and moving its own in: this is
@@ -376,6 +380,9 @@ def remove_stale_leftovers(target: Path) -> None:
     if removed:
         print(f"removed {len(removed)} leftover(s) of killed builds from {target.parent}: {', '.join(removed)}",
               file=sys.stderr)
+    if foreign:
+        print(f"note: {target.parent} holds {', '.join(foreign)} from builds on other machines (or an earlier "
+              f"container's hostname), left alone: delete them if no build is running there", file=sys.stderr)
 
 
 def warn_if_no_test_split(cfg: BuildConfig, sources: list[Source]) -> None:

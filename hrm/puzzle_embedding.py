@@ -115,3 +115,5 @@ class PuzzleSignSGD(torch.optim.Optimizer):
         for leaf, _ in self.embedding.lookups:
             leaf.grad = None
         self.embedding.lookups.clear()
+        # a lookup prepared but not yet used was registered above: its forward would go uncounted
+        self.embedding.prepared = None

@@ -55,12 +55,16 @@ def estimated_total_steps(config: PretrainConfig, train_split) -> int:
 
 
 def run_names(config: PretrainConfig, info: DistInfo, tag: str = "") -> tuple[str, str, Path]:
-    """(project, run, run folder). The default run name is `<arch>-<time stamp>[-<tag>]` (rank 0's
-    clock); `tag` tells apart the runs of one sweep (pretrain.py's multirun: the swept values)."""
+    """(project, run, run folder). The default run name is `<arch>-<time stamp>` (rank 0's clock).
+    `tag` tells apart the runs of one sweep (pretrain.py's multirun: the swept values): it ends the
+    run name (`<run>-<tag>`), and a given checkpoint_path gets it as a subfolder."""
     project = config.project_name or f"{Path(config.data_path).name}-hrm"
-    run = config.run_name or broadcast_object(f"{config.arch.name}-{datetime.now():%Y%m%d-%H%M%S}"
-                                              + (f"-{tag}" if tag else ""), info)
+    run = config.run_name or broadcast_object(f"{config.arch.name}-{datetime.now():%Y%m%d-%H%M%S}", info)
+    if tag:
+        run = f"{run}-{tag}"
     run_dir = Path(config.checkpoint_path) if config.checkpoint_path else Path("checkpoints") / project / run
+    if tag and config.checkpoint_path:
+        run_dir = run_dir / tag
     return project, run, run_dir
 
 
@@ -96,7 +100,7 @@ class Trainer:
     info: DistInfo
     progress: bool = True
     history: list = field(default_factory=list)  # (step, loss) on rank 0, for tests and scripts
-    run_tag: str = ""                            # appended to a default run name (see run_names)
+    run_tag: str = ""                            # a sweep job's run name suffix (see run_names)
 
     def __post_init__(self):
         cfg, info = self.config, self.info

@@ -69,6 +69,7 @@ def training_step(arch: ArchConfig, batch: dict, device: torch.device, compile_m
     batch_size = batch["inputs"].shape[0]
 
     def step(carry):
+        model.puzzle_embedding.prepare_lookup(batch_size)  # as the trainer does: one graph when compiled
         result = forward(carry, batch)
         (result.loss / batch_size).backward()
         dense.step()

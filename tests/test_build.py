@@ -441,6 +441,7 @@ def test_leftovers_of_dead_builds_are_removed_at_the_start(tmp_path, capsys):
     assert removed and removed[0].startswith(f"removed 2 leftover(s) of killed builds from {tmp_path}: "), err
     assert sorted(removed[0].split(": ", 1)[1].split(", ")) == sorted([f".b.tmp-{dead}", f".b.tmp-{here}-{dead}"])
     assert f"warning: {tmp_path / f'.b.old-{here}-{dead}'} holds the previous b" in err
+    assert f"note: {tmp_path} holds .b.tmp-other-box-{dead} from builds on other machines" in err
     assert sorted(os.listdir(tmp_path)) == sorted([f".b.old-{here}-{dead}", *kept, "b", "src"])
     assert build_arc.main(args + ["--overwrite"]) == 0
     assert f"removed 1 leftover(s) of killed builds from {tmp_path}: .b.old-{here}-{dead}\n" in capsys.readouterr().err

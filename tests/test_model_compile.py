@@ -1,5 +1,6 @@
 """torch.compile traces the training ACT step (with the trainer's prepare_lookup) and the evaluation
-segment as single graphs for every architecture option: a graph break, anywhere, raises here
+segment as single graphs, for architectures covering each code path the options choose between
+(position encodings, losses, scaling rules, puzzle tokens): a graph break, anywhere, raises here
 (fullgraph=True). Dynamo only (backend "eager"): numbers against eager are checked in
 test_model_puzzle_embedding.py, test_predict.py and, with inductor on CUDA, test_gpu.py."""
 from __future__ import annotations

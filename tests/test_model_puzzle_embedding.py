@@ -121,15 +121,24 @@ def test_prepared_leaf_receives_the_rows_gradient_and_is_used_once():
     assert [(leaf.grad is not None, tuple(ids.tolist())) for leaf, ids in emb.lookups] == \
         [(True, (4, 1)), (False, (0, 0, 0)), (True, (0, 2))]
     before = emb.table.clone()
-    PuzzleSignSGD(emb, lr=0.1, weight_decay=0.0).step()
+    opt = PuzzleSignSGD(emb, lr=0.1, weight_decay=0.0)
+    opt.step()
     assert torch.equal(emb.table[3], before[3]) and not torch.equal(emb.table[0], before[0])
+    # zero_grad forgets a lookup prepared but not yet used: the next forward makes its own leaf
+    # and registers it, so its gradient is not lost
+    emb.prepare_lookup(1)
+    opt.zero_grad()
+    assert emb.prepared is None and emb.lookups == []
+    emb(torch.tensor([3])).sum().backward()
+    assert len(emb.lookups) == 1 and emb.lookups[0][0].grad is not None
 
 
 def test_compiled_act_step_is_one_graph_and_matches_eager():
     """With the trainer's prepare_lookup, torch.compile traces the whole training ACT step
     (embedding lookup, segment, heads, target-Q pass, loss) as one graph (fullgraph=True would
     raise at a graph break), does not recompile for the next step's new leaf, and gives eager's
-    loss and gradients, the puzzle rows' included."""
+    loss, gradients, puzzle rows' gradients and ids, and sparse updates of the table. Rows halt
+    after 2 steps, so steps 3 and 4 look up the rows of new batches."""
     import copy
 
     import torch._dynamo
@@ -138,9 +147,9 @@ def test_compiled_act_step_is_one_graph_and_matches_eager():
     from hrm.loss import ACTLossHead
 
     arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_layers=1, L_layers=1, H_cycles=2,
-                      L_cycles=2, halt_max_steps=3, halt_exploration_prob=0.0, puzzle_emb_ndim=32)
+                      L_cycles=2, halt_max_steps=2, halt_exploration_prob=0.0, puzzle_emb_ndim=32)
     torch.manual_seed(0)
-    eager_model = HRM(arch, 12, 8, 5, verbose=False)
+    eager_model = HRM(arch, 12, 8, 9, verbose=False)
     compiled_model = copy.deepcopy(eager_model)
     counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
     torch._dynamo.reset()
@@ -149,26 +158,35 @@ def test_compiled_act_step_is_one_graph_and_matches_eager():
         for name, model in (("eager", eager_model), ("compiled", compiled_model)):
             head = ACTLossHead(model).train()
             step = torch.compile(head, backend=counter, fullgraph=True, dynamic=False) if name == "compiled" else head
+            sparse = PuzzleSignSGD(model.puzzle_embedding, lr=0.1, weight_decay=0.1)
             g = torch.Generator().manual_seed(3)
             batches = [{"inputs": torch.randint(0, 12, (4, 8), generator=g),
                         "labels": torch.randint(0, 12, (4, 8), generator=g),
-                        "puzzle_identifiers": torch.randint(0, 5, (4,), generator=g, dtype=torch.int32)}
-                       for _ in range(2)]
+                        "puzzle_identifiers": torch.randint(1, 9, (4,), generator=g, dtype=torch.int32)}
+                       for _ in range(4)]
             carry, out = head.initial_carry(batches[0]), []
             for b in batches:
                 model.puzzle_embedding.prepare_lookup(4)
                 carry, loss, _, _, _ = step(carry, b)
                 loss.backward()
-                out.append((loss.detach(), model.puzzle_embedding.batch_rows.grad.clone(),
+                emb = model.puzzle_embedding
+                out.append((loss.detach(), emb.batch_rows.grad.clone(), emb.batch_ids.clone(),
                             {k: p.grad.clone() for k, p in model.named_parameters()}))
+                assert len(emb.lookups) == 1
+                sparse.step()
+                sparse.zero_grad()
                 model.zero_grad()
-            assert len(model.puzzle_embedding.lookups) == 2   # kept until the sparse optimizer's zero_grad
+                out[-1] += (emb.table.clone(),)
             results[name] = out
-        assert counter.frame_count == 1            # one graph, traced once for both steps
-        for (loss_e, rows_e, grads_e), (loss_c, rows_c, grads_c) in zip(results["eager"], results["compiled"]):
+        assert counter.frame_count == 1            # one graph, traced once for all steps
+        eager, compiled = results["eager"], results["compiled"]
+        assert eager[0][2].tolist() != eager[2][2].tolist()     # new rows were looked up after halting
+        for (loss_e, rows_e, ids_e, grads_e, table_e), (loss_c, rows_c, ids_c, grads_c, table_c) in zip(eager, compiled):
             torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(rows_c, rows_e, rtol=1e-4, atol=1e-6)
             assert rows_e.abs().sum() > 0
+            assert torch.equal(ids_c, ids_e)
+            assert torch.equal(table_c, table_e)
             for k in grads_e:
                 torch.testing.assert_close(grads_c[k], grads_e[k], rtol=1e-4, atol=1e-6, msg=k)
     finally:

@@ -401,25 +401,51 @@ def test_compile_eval_compiles_the_evaluation_segment_and_keeps_its_numbers(smal
         assert result["eval"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
 
 
-def test_a_hydra_sweep_names_its_runs_by_the_swept_values_and_survives_a_divergence(small_build, tmp_path):
-    """`pretrain.py -m ... lr=1e30,1e-3`: each job's default run name ends in its swept value; the
-    diverging job (lr 1e30 overflows the activations at once) is recorded and the sweep goes on, then
-    exits 3; Hydra's sweep record lands under checkpoints/, not in the working directory."""
+def sweep_cmd(data: Path, *extra: str) -> list[str]:
     micro = [f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"] + ["arch.scaling.rule=deeploop"]
-    cmd = [sys.executable, str(ROOT / "pretrain.py"), "-m", "arch=hrm_tiny", *micro, f"data_path={small_build}",
-           "global_batch_size=8", "epochs=100", "eval_interval=100", "max_steps=3", "lr_warmup_steps=0",
-           "eval_save_predictions=false", "project_name=sweep", "lr=1e30,1e-3"]
-    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, WANDB_MODE="disabled"))
+    return [sys.executable, str(ROOT / "pretrain.py"), "-m", *extra, "arch=hrm_tiny", *micro, f"data_path={data}",
+            "global_batch_size=8", "epochs=100", "eval_interval=100", "max_steps=3", "lr_warmup_steps=0",
+            "eval_save_predictions=false", "project_name=sweep"]
+
+
+def check_sweep(run, runs_dir: Path, tmp_path: Path, prefix: str) -> None:
+    """lr 1e30 diverges (it overflows the activations at once), lr 1e-3 trains; the sweep goes on
+    after the divergence, then exits 3. Run names: `prefix` then the swept value."""
     assert run.returncode == 3, run.stderr[-3000:]
-    runs = {r.name.split("-", 3)[-1]: r for r in (tmp_path / "checkpoints" / "sweep").iterdir()}
-    assert sorted(runs) == ["lr=0.001", "lr=1e+30"], runs          # as Hydra writes the values
-    ok, diverged = runs["lr=0.001"], runs["lr=1e+30"]
+    runs = {r.name: r for r in runs_dir.iterdir()}
+    assert all(name.startswith(prefix) for name in runs), runs
+    by_value = {name[name.index("-lr=") + 1:]: r for name, r in runs.items()}
+    assert sorted(by_value) == ["lr=0.001", "lr=1e+30"], runs          # as Hydra writes the values
+    ok, diverged = by_value["lr=0.001"], by_value["lr=1e+30"]
     assert (ok / "latest").read_text() == "step_3" and not (ok / "diverged.json").exists()
     assert json.loads((diverged / "diverged.json").read_text())["step"] <= 3
     assert f"1 run(s) of the sweep diverged: {diverged.name}" in run.stderr
-    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
     assert len(list((tmp_path / "checkpoints" / "multirun").glob("*/multirun.yaml"))) == 1
+
+
+def test_a_hydra_sweep_names_its_runs_by_the_swept_values_and_survives_a_divergence(small_build, tmp_path):
+    """`pretrain.py -m ... lr=1e30,1e-3`: each job's default run name ends in its swept value; the
+    diverging job is recorded and the sweep goes on, then exits 3; Hydra's sweep record lands
+    under checkpoints/, not in the working directory."""
+    env = dict(os.environ, WANDB_MODE="disabled")
+    run = subprocess.run(sweep_cmd(small_build, "lr=1e30,1e-3"), cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600, env=env)
+    check_sweep(run, tmp_path / "checkpoints" / "sweep", tmp_path, prefix="micro-")   # <arch>-<time>-lr=...
+    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
+
+
+def test_a_sweep_from_a_config_file_with_a_run_name(small_build, tmp_path):
+    """The same sweep given in `hydra.sweeper.params` of a config chosen with `--config-name NAME`
+    (a flag whose value is a separate argument) and a fixed run_name: the jobs are still told apart
+    (`<run_name>-lr=...`) and the divergence still does not stop the sweep."""
+    configs = tmp_path / "cfgs"
+    configs.mkdir()
+    (configs / "sweep.yaml").write_text("defaults:\n  - cfg_pretrain\n  - _self_\n"
+                                        "hydra:\n  sweeper:\n    params:\n      lr: 1e30,1e-3\n")
+    env = dict(os.environ, WANDB_MODE="disabled")
+    run = subprocess.run(sweep_cmd(small_build, "--config-dir", str(configs), "--config-name", "sweep",
+                                   "run_name=mine"), cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    check_sweep(run, tmp_path / "checkpoints" / "sweep", tmp_path, prefix="mine-lr=")
 
 
 def test_evaluation_logs_pass_at_k_as_vote_py_scores_the_predictions(small_build, tmp_path, monkeypatch):
@@ -457,3 +483,14 @@ def test_evaluation_logs_pass_at_k_as_vote_py_scores_the_predictions(small_build
     for k in ("1", "2", "10"):
         assert evals[1][f"eval/pass@{k}"] == voted[k]["task"]
         assert evals[1][f"eval/pair_pass@{k}"] == voted[k]["pair"]
+
+
+def test_run_names_of_a_sweep_job(small_build, tmp_path):
+    from hrm.train import run_names
+    cfg = micro_config(small_build, tmp_path / "fixed")
+    _, name, folder = run_names(cfg, CPU, "lr=0.001")     # default name: <arch>-<time>-<tag>
+    assert name.startswith("micro-") and name.endswith("-lr=0.001") and folder == tmp_path / "fixed" / "lr=0.001"
+    assert run_names(cfg, CPU)[2] == tmp_path / "fixed"
+    named = micro_config(small_build, None, checkpoint_path=None, run_name="mine", project_name="p")
+    assert run_names(named, CPU, "lr=0.001")[1:] == ("mine-lr=0.001", Path("checkpoints") / "p" / "mine-lr=0.001")
+    assert run_names(named, CPU)[1:] == ("mine", Path("checkpoints") / "p" / "mine")
