@@ -187,7 +187,8 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
     exit_code = EXIT_DIVERGED if (run_dir / "diverged.json").is_file() else 0
     return {"run": str(run_dir), "status": classify_run(losses, floor, exit_code, margin, window),
             "steps": len(losses), "final_loss": tail_mean(losses, window), "min_loss": smoothed_min(losses, window),
-            "floor": floor, "eval_lm_loss": last_eval(log).get("lm_loss", math.nan)}
+            "floor": floor, "eval_lm_loss": last_eval(log).get("lm_loss", math.nan),
+            "eval_pass_at_2": last_eval(log).get("pass@2", math.nan)}   # NaN: not logged (eval_pass_k)
 
 
 def main(argv=None) -> int:
@@ -221,7 +222,7 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['run']}: {r['status']}  steps {r['steps']}  final loss {r['final_loss']:.4f} "
               f"(mean of the last {min(args.window, r['steps'])})  min {r['min_loss']:.4f}  floor {r['floor']:.4f}  "
-              f"eval lm_loss {r['eval_lm_loss']:.4f}")
+              f"eval lm_loss {r['eval_lm_loss']:.4f}  eval pass@2 {r['eval_pass_at_2']:.4f}")
     return 0
 
 

@@ -12,10 +12,11 @@ from scripts.run_status import main, unigram_floor
 REPO = Path(__file__).resolve().parents[1]
 
 
-def write_run(folder: Path, losses: list[float], data_path=None, diverged=False) -> Path:
+def write_run(folder: Path, losses: list[float], data_path=None, diverged=False, evals=()) -> Path:
     """A run folder as pretrain.py leaves it: log.jsonl, all_config.yaml, diverged.json on divergence."""
     folder.mkdir(parents=True)
     records = [{"step": 0, "num_params": 10}] + [{"step": i + 1, "train/lm_loss": x} for i, x in enumerate(losses)]
+    records += list(evals)
     (folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     if data_path is not None:
         (folder / "all_config.yaml").write_text(yaml.safe_dump({"data_path": str(data_path), "max_steps": 50}))
@@ -35,6 +36,14 @@ def test_each_run_is_classified_against_the_floor_of_its_build(small_build, tmp_
                                                    [f"{diverged}:", "diverged"]]
     assert f"steps 50  final loss {floor * 0.5:.4f} (mean of the last 40)" in lines[0]
     assert f"floor {floor:.4f}" in lines[0]
+    assert lines[0].endswith("eval lm_loss nan  eval pass@2 nan")      # no evaluation logged
+
+
+def test_the_last_evaluation_is_shown(small_build, tmp_path, capsys):
+    evals = [{"step": 20, "eval/lm_loss": 1.5, "eval/pass@2": 0.125}, {"step": 40, "eval/lm_loss": 1.25, "eval/pass@2": 0.25}]
+    run = write_run(tmp_path / "run", [0.1] * 40, small_build, evals=evals)
+    assert main([str(run)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("eval lm_loss 1.2500  eval pass@2 0.2500")
 
 
 def test_data_option_stands_in_for_the_config(small_build, tmp_path, capsys):
