@@ -11,8 +11,9 @@ A Hydra sweep (`python pretrain.py -m arch=hrm_tiny arch.scaling.p=0.3,0.5,0.7`,
 `hydra.sweeper.params` in a config) runs its jobs one after the other. Each job's run name ends in
 its swept values: `<arch>-<time>-arch.scaling.p=0.3` by default, `<run_name>-arch.scaling.p=0.3` with
 run_name, `<checkpoint_path>/arch.scaling.p=0.3` with checkpoint_path (so `resume=latest` continues
-every job's own run). A diverged job is recorded (diverged.json) without stopping the others; the
-sweep exits 3 at the end.
+every job's own run, and starts afresh a job without a checkpoint). A diverged job is recorded
+(diverged.json) without stopping the others; the sweep exits 3 at the end. Under torchrun the jobs
+share one process group.
 """
 from __future__ import annotations
 
@@ -73,9 +74,12 @@ def launch(hydra_config: DictConfig) -> None:
         print(f"pretrain.py: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     finished = False
+    tag = sweep_tag()
     try:
+        if tag and config.resume == "latest" and (config.checkpoint_path or config.run_name):
+            config = fresh_if_nothing_to_resume(config, info, tag)
         try:
-            trainer = Trainer(config, info, run_tag=sweep_tag())
+            trainer = Trainer(config, info, run_tag=tag)
         except (ValueError, FileNotFoundError) as e:
             print(f"pretrain.py: error: {e}", file=sys.stderr)
             sys.exit(EXIT_BAD_CONFIG)
@@ -89,8 +93,25 @@ def launch(hydra_config: DictConfig) -> None:
         if not is_multirun():
             sys.exit(EXIT_DIVERGED)
         diverged_jobs.append(trainer.run_name)   # a sweep goes on with its next job
+        finished = True
     finally:
-        shutdown(wait_for_peers=finished)
+        # A sweep keeps its process group for the next job: a group destroyed and made again on
+        # the same torchrun store can deadlock its first collective (PyTorch reuses the store keys).
+        if not (is_multirun() and finished):
+            shutdown(wait_for_peers=finished)
+
+
+def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> PretrainConfig:
+    """`resume=latest` over a sweep: a job whose run has no checkpoint (it diverged or was killed
+    before its first one, or never ran) starts afresh instead of stopping the sweep."""
+    from hrm.train import run_names
+    from hrm.train_checkpoint import list_checkpoints
+    run_dir = run_names(config, info, tag)[2]
+    if list_checkpoints(run_dir):
+        return config
+    if info.is_main:
+        print(f"pretrain.py: nothing to resume in {run_dir}: this job of the sweep starts afresh", flush=True)
+    return config.model_copy(update={"resume": None})
 
 
 def check_overrides(args: list[str]) -> None:
@@ -115,6 +136,8 @@ def check_overrides(args: list[str]) -> None:
 if __name__ == "__main__":
     check_overrides(sys.argv[1:])
     launch()
+    from hrm.distributed import shutdown
+    shutdown(wait_for_peers=True)   # a sweep's process group, kept across its jobs (no-op otherwise)
     if diverged_jobs:
         print(f"pretrain.py: {len(diverged_jobs)} run(s) of the sweep diverged: {', '.join(diverged_jobs)}",
               file=sys.stderr)

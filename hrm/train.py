@@ -163,6 +163,8 @@ class Trainer:
                                  f"to continue that run, or choose another run_name / checkpoint_path")
             # exploration draws differ per rank, as rows do (HRM seeds seed + rank)
             torch.manual_seed(cfg.seed + info.rank)
+            if info.is_main:   # a fresh start where an earlier attempt diverged before any checkpoint
+                self._archive_divergence()
 
         self.resolved_config = cfg.model_dump(mode="json", by_alias=True)  # logged, saved in checkpoints
         self.log = None

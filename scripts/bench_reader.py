@@ -1,9 +1,9 @@
 """Throughput of the data reader on a build: can it feed the GPUs?
 
-Prints one JSON line per (world size, rank) for the training reader (`TrainBatches`: first-batch
-latency, batches/s and rows/s of one rank's share of the global batch) and one for the evaluation
-reader (`EvalBatches`: a full pass over the test split). The published recipe needs 768 rows per
-optimizer step in total, 96 per rank on 8 GPUs.
+Prints one JSON line per world size for the training reader (`TrainBatches`, timed on the last
+rank: first-batch latency, batches/s and rows/s of its share of the global batch) and one for the
+evaluation reader (`EvalBatches`: rank 0's full pass over the test split at the largest world
+size). The published recipe needs 768 rows per optimizer step in total, 96 per rank on 8 GPUs.
 
   python scripts/bench_reader.py --data data/arc-aug-1000
   python scripts/bench_reader.py --data data/arc-aug-1000 --world 1 8 --seconds 5
@@ -71,7 +71,13 @@ def main() -> None:
                    help="the reader's iteration (= eval_interval; default the published 10000)")
     p.add_argument("--seconds", type=float, default=5.0, help="timed seconds per world size")
     args = p.parse_args()
-    train, test = load_split(args.data, "train"), load_split(args.data, "test")
+    bad = [w for w in args.world if w < 1 or args.batch % w]
+    if bad:
+        p.error(f"--batch {args.batch} is not divisible by --world {bad[0]}")
+    try:
+        train, test = load_split(args.data, "train"), load_split(args.data, "test")
+    except (FileNotFoundError, ValueError) as e:
+        p.error(f"--data {args.data}: {e}")
     for world in args.world:
         print(json.dumps(bench_train(train, args.batch, world, args.epochs_per_iteration, args.seconds)), flush=True)
     print(json.dumps(bench_eval(test, args.batch, max(args.world))), flush=True)

@@ -446,6 +446,31 @@ def test_a_sweep_from_a_config_file_with_a_run_name(small_build, tmp_path):
     run = subprocess.run(sweep_cmd(small_build, "--config-dir", str(configs), "--config-name", "sweep",
                                    "run_name=mine"), cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     check_sweep(run, tmp_path / "checkpoints" / "sweep", tmp_path, prefix="mine-lr=")
+    # resume=latest over the sweep: the trained job continues its own run; the diverged one never
+    # wrote a checkpoint, so it starts afresh (its old record archived) instead of stopping the sweep
+    again = subprocess.run([a.replace("max_steps=3", "max_steps=5") for a in
+                            sweep_cmd(small_build, "--config-dir", str(configs), "--config-name", "sweep",
+                                      "run_name=mine", "resume=latest")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 3, again.stderr[-3000:]
+    runs = tmp_path / "checkpoints" / "sweep"
+    assert (runs / "mine-lr=0.001" / "latest").read_text() == "step_5"
+    assert "resumed from" in again.stdout and "this job of the sweep starts afresh" in again.stdout
+    assert (runs / "mine-lr=1e+30" / "diverged.json").is_file()                  # diverged again
+    assert [f.name for f in (runs / "mine-lr=1e+30").glob("diverged.*.json")] == ["diverged.2.json"]  # archived
+
+
+def test_a_sweep_under_torchrun_runs_every_job(small_build, tmp_path):
+    """2 gloo ranks, 3 jobs: the process group is kept from job to job (made again on the same
+    torchrun store, its first collective could deadlock, about every other time)."""
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    cmd = sweep_cmd(small_build, "arch.scaling.p=0.4,0.5,0.6")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29519"] + cmd[1:]
+    run = subprocess.run([a.replace("max_steps=3", "max_steps=2") for a in cmd], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    runs = sorted(r.name.split("-", 3)[-1] for r in (tmp_path / "checkpoints" / "sweep").iterdir())
+    assert runs == ["arch.scaling.p=0.4", "arch.scaling.p=0.5", "arch.scaling.p=0.6"]
 
 
 def test_evaluation_logs_pass_at_k_as_vote_py_scores_the_predictions(small_build, tmp_path, monkeypatch):
