@@ -44,6 +44,10 @@ def init_distributed(device: str = "auto") -> DistInfo:
     check_device(device)
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if world_size > 1 and missing:   # e.g. WORLD_SIZE exported by hand: torch would fail with "RANK expected"
+        raise RuntimeError(f"WORLD_SIZE={world_size} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                           f"not: start several processes with torchrun (--nproc-per-node), or unset WORLD_SIZE")
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if use_cuda:

@@ -373,6 +373,29 @@ def test_a_local_rank_beyond_the_visible_gpus_is_named(monkeypatch):
         init_distributed("auto")
 
 
+def test_a_world_size_without_torchrun_is_named(small_build, monkeypatch, tmp_path, capsys):
+    from evaluate import predict
+    from hrm.distributed import init_distributed
+    for key in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(RuntimeError, match="WORLD_SIZE=2 is set but RANK, MASTER_ADDR are not: start several "
+                                           "processes with torchrun"):
+        init_distributed("cpu")
+    # predict.py reads the checkpoint first, then says so with exit 2 (no traceback)
+    from hrm.checkpoint import save_model
+    from hrm.config import ArchConfig
+    from hrm.model import HRM
+    ids = json.loads((small_build / "test" / "dataset.json").read_text())["num_puzzle_identifiers"]
+    save_model(str(tmp_path / "step_1" / "model.pt"), HRM(ArchConfig(**MICRO_ARCH), 12, 900, ids, verbose=False))
+    capsys.readouterr()
+    assert predict.main([f"checkpoint={tmp_path / 'step_1'}", "device=cpu", "batch_size=8",
+                         f"data_path={small_build}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("predict.py: error: WORLD_SIZE=2 is set but RANK, MASTER_ADDR are not") and "Traceback" not in err
+
+
 def test_compile_eval_compiles_the_evaluation_segment_and_keeps_its_numbers(small_build, tmp_path, monkeypatch):
     """compile_eval=auto follows compile (off on CPU by default); compile_eval=true runs the
     evaluation through a compiled segment, which gives the eager evaluation's metrics and trains
