@@ -63,14 +63,10 @@ class PuzzleEmbedding(nn.Module):
         if self.training and torch.is_grad_enabled():
             # rows + a zero leaf: the same values, and the leaf's .grad is exactly the per-row
             # gradient the sparse optimizer needs; the table itself never enters autograd.
-            prepared, self.prepared = self.prepared, None
-            if prepared is not None and prepared[0].shape == rows.shape:
-                leaf, batch_ids = prepared
-                batch_ids.copy_(ids)
-            else:  # eager callers (under torch.compile this breaks the graph)
-                leaf, batch_ids = torch.zeros_like(rows).requires_grad_(True), ids
-                self.batch_rows, self.batch_ids = leaf, batch_ids
-                self.lookups.append((leaf, batch_ids))
+            if self.prepared is None or self.prepared[0].shape != rows.shape:
+                self.prepare_lookup(len(ids))  # eager callers (under torch.compile this breaks the graph)
+            (leaf, batch_ids), self.prepared = self.prepared, None
+            batch_ids.copy_(ids)
             rows = rows + leaf
         return rows
 

@@ -185,10 +185,11 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
         raise RunStatusError(f"{run_dir / 'log.jsonl'}: not valid JSON lines ({e})") from None
     losses = train_curve(log)
     exit_code = EXIT_DIVERGED if (run_dir / "diverged.json").is_file() else 0
+    evaluation = last_eval(log)
     return {"run": str(run_dir), "status": classify_run(losses, floor, exit_code, margin, window),
             "steps": len(losses), "final_loss": tail_mean(losses, window), "min_loss": smoothed_min(losses, window),
-            "floor": floor, "eval_lm_loss": last_eval(log).get("lm_loss", math.nan),
-            "eval_pass_at_2": last_eval(log).get("pass@2", math.nan)}   # NaN: not logged (eval_pass_k)
+            "floor": floor, "eval_lm_loss": evaluation.get("lm_loss", math.nan),
+            "eval_pass_at_2": evaluation.get("pass@2", math.nan)}   # NaN: not logged (eval_pass_k)
 
 
 def main(argv=None) -> int:
