@@ -27,7 +27,7 @@ import yaml  # noqa: E402
 
 from arc_data.dataset import EvalBatches, load_split  # noqa: E402
 from hrm.checkpoint import is_our_format, load_model, load_original_checkpoint  # noqa: E402
-from hrm.distributed import check_device, init_distributed, shutdown  # noqa: E402
+from hrm.distributed import check_device, init_distributed, shutdown, switch_on, uses_cuda  # noqa: E402
 from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 
@@ -62,8 +62,7 @@ def parse_args(argv: list[str]) -> dict:
         check_device(args["device"])
     except (ValueError, RuntimeError) as e:
         raise PredictError(str(e)) from None
-    on_cuda = args["device"] == "cuda" or (args["device"] == "auto" and torch.cuda.is_available())
-    args.setdefault("batch_size", 768 if on_cuda else 32)
+    args.setdefault("batch_size", 768 if uses_cuda(args["device"]) else 32)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if args["batch_size"] % world_size:
         raise PredictError(f"batch_size={args['batch_size']} is not divisible by the world size {world_size}")
@@ -161,7 +160,7 @@ def main(argv=None) -> int:
     try:
         model.to(info.device)
         batches = EvalBatches(test, global_batch_size=args["batch_size"], rank=info.rank, world_size=info.world_size)
-        compile_segment = args["compile"] is True or (args["compile"] == "auto" and info.device.type == "cuda")
+        compile_segment = switch_on(args["compile"], auto=info.device.type == "cuda")
         metrics, arrays = evaluate(ACTLossHead(model), batches, info, progress=True,
                                    segment=compiled_segment(model) if compile_segment else None)
         out_dir = Path(args.get("output_dir") or out)

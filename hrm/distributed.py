@@ -39,10 +39,20 @@ def check_device(device: str) -> None:
         raise RuntimeError("device=cuda but CUDA is not available on this machine (use device=cpu or device=auto)")
 
 
+def uses_cuda(device: str) -> bool:
+    """Whether `device` (auto, cpu or cuda) means CUDA on this machine."""
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
+def switch_on(setting, auto: bool) -> bool:
+    """An `auto | true | false` setting (compile, compile_eval): `auto` takes the given default."""
+    return setting is True or (setting == "auto" and auto)
+
+
 def init_distributed(device: str = "auto") -> DistInfo:
     """Join the process group if launched by torchrun; pick this process's device."""
     check_device(device)
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    use_cuda = uses_cuda(device)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if world_size > 1 and missing:   # e.g. WORLD_SIZE exported by hand: torch would fail with "RANK expected"

@@ -25,7 +25,8 @@ from tqdm import tqdm
 
 from arc_data.dataset import EvalBatches, TrainBatches, load_split
 from hrm.diagnostics import visit_alignment
-from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object)
+from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object,
+                             switch_on)
 from hrm.evaluation import compiled_segment, evaluate, score_predictions, to_device, write_predictions
 from hrm.loss import ACTLossHead
 from hrm.model import HRM, Carry
@@ -130,12 +131,12 @@ class Trainer:
                                                           weight_decay=cfg.puzzle_emb_weight_decay)
             self.base_lrs["puzzle_emb"] = cfg.puzzle_emb_lr
         self.step_fn = self.loss_head
-        compiled = cfg.compile is True or (cfg.compile == "auto" and info.device.type == "cuda")
+        compiled = switch_on(cfg.compile, auto=info.device.type == "cuda")
         if compiled:
             self.step_fn = torch.compile(self.loss_head, dynamic=False)
         # Evaluation compiles one segment on its own (no grad, its own graph; see compiled_segment).
         self.eval_segment = None
-        if cfg.compile_eval is True or (cfg.compile_eval == "auto" and compiled):
+        if switch_on(cfg.compile_eval, auto=compiled):
             self.eval_segment = compiled_segment(self.model)
 
         self.project, self.run_name, self.run_dir = run_names(cfg, info, self.run_tag)
