@@ -49,19 +49,23 @@ def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, 
     parts: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "preds": [], "q_halt_logits": []}
     for batch in tqdm(batches, desc="eval", unit="batch", disable=not (progress and info.is_main), leave=False):
         # The reader pads the last batch with identical blank rows (identifier 0) at its end: one is
-        # run, for all of them (unless compiled: another batch size would compile again). It has no
-        # labels, so it only counts towards q_halt_loss, where HRM scores it as "exactly correct":
-        # BCE(q_halt, 1) = softplus(-q_halt) per blank row. The original runs every blank row;
-        # adding that term for the ones skipped keeps its number.
+        # run, for all of them (unless compiled: another batch size would compile again), and one is
+        # kept, either way. It has no labels, so it only counts towards q_halt_loss, where HRM scores
+        # it as "exactly correct": BCE(q_halt, 1) = softplus(-q_halt) per blank row. The original
+        # runs every blank row; adding that term for the ones skipped keeps its number.
         n = len(batch["puzzle_identifiers"])
-        real = int(torch.count_nonzero(batch["puzzle_identifiers"])) if segment is None else n
-        if real < n:
-            batch = {k: v[:real + 1] for k, v in batch.items()}
+        kept = min(int(torch.count_nonzero(batch["puzzle_identifiers"])) + 1, n)
+        if kept < n and segment is None:
+            batch = {k: v[:kept] for k, v in batch.items()}
         batch = to_device(batch, info.device)
         metrics, outputs = loss_head.evaluate(batch, segment)
-        if real + 1 < n and "q_halt_loss" in metrics:
-            skipped = F.softplus(-outputs["q_halt_logits"][real].float()) * (n - real - 1)
+        ran = len(batch["puzzle_identifiers"])
+        if ran < n and "q_halt_loss" in metrics:
+            skipped = F.softplus(-outputs["q_halt_logits"][kept - 1].float()) * (n - ran)
             metrics = {**metrics, "q_halt_loss": metrics["q_halt_loss"] + skipped}
+        if kept < ran:
+            batch = {k: v[:kept] for k, v in batch.items()}
+            outputs = {k: outputs[k][:kept] for k in ("preds", "q_halt_logits")}
         if sums is None:
             keys = sorted(metrics)
             sums = torch.zeros(len(keys), dtype=torch.float64, device=info.device)

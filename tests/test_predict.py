@@ -97,6 +97,13 @@ def test_evaluation_skips_the_padding_rows_of_a_batch():
     assert head.sizes == [4, 2, 1]
     assert arrays["puzzle_identifiers"].tolist() == [5, 6, 7, 8, 9, 0, 0]
     assert arrays["preds"].shape == (7, 900) and metrics == {"accuracy": 0.5, "count": 5.0}
+    # compiled (a segment given): every batch runs whole, one shape, but the same rows are kept
+    head.sizes.clear()
+    metrics, arrays = evaluate(head, [batch([5, 6, 7, 8]), batch([9, 0, 0, 0]), batch([0, 0, 0, 0])],
+                               DistInfo(0, 1, 0, torch.device("cpu")), segment=object())
+    assert head.sizes == [4, 4, 4]
+    assert arrays["puzzle_identifiers"].tolist() == [5, 6, 7, 8, 9, 0, 0]
+    assert arrays["preds"].shape == (7, 900) and metrics == {"accuracy": 0.5, "count": 5.0}
 
 
 def test_skipping_padding_rows_keeps_every_metric_of_running_them_all():
@@ -226,8 +233,8 @@ def test_a_relative_data_path_of_training_is_found_from_another_directory(small_
 def test_compiled_segment_evaluation_is_one_graph_and_matches_eager(small_build, tmp_path, monkeypatch):
     """predict.py compile=true (what training's evaluation does under compile): every batch, the
     padded last one included, and every segment reuse one graph (first segment's start states too),
-    and the predictions equal the eager ones; the compiled run keeps the padded batch whole, whose
-    blank rows (identifier 0) vote.py ignores."""
+    and the predictions equal the eager ones; the compiled run computes the padded batch whole but
+    keeps the same rows as eager (one blank row), so the two files hold the same rows."""
     import torch._dynamo
     import torch._dynamo.testing
 
@@ -251,12 +258,11 @@ def test_compiled_segment_evaluation_is_one_graph_and_matches_eager(small_build,
     assert len(made) == 1 and counter.frame_count == 1
     eager, compiled = read(tmp_path / "eager"), read(tmp_path / "compiled")
     n = len(np.load(small_build / "test" / "all__inputs.npy"))
-    assert n % 12 and len(compiled["preds"]) == -(-n // 12) * 12 > len(eager["preds"])   # padded batch kept whole
-    real_e, real_c = eager["puzzle_identifiers"] != 0, compiled["puzzle_identifiers"] != 0
-    assert real_e.sum() == real_c.sum() == n
+    assert n % 12 and len(compiled["preds"]) == len(eager["preds"]) == n + 1   # one blank row of the last batch
+    assert (compiled["puzzle_identifiers"] != 0).sum() == n and compiled["puzzle_identifiers"][-1] == 0
     for key in ("puzzle_identifiers", "inputs", "preds"):
-        assert np.array_equal(eager[key][real_e], compiled[key][real_c]), key
-    np.testing.assert_allclose(eager["q_halt_logits"][real_e], compiled["q_halt_logits"][real_c], rtol=1e-5, atol=1e-5)
+        assert np.array_equal(eager[key], compiled[key]), key
+    np.testing.assert_allclose(eager["q_halt_logits"], compiled["q_halt_logits"], rtol=1e-5, atol=1e-5)
 
 
 def test_predict_refuses_bad_compile_and_batch_size_before_loading(tmp_path, monkeypatch, capsys):
