@@ -54,7 +54,9 @@ def _reference_update(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, be
         if isinstance(bias1, torch.Tensor):
             p.sub_(update * (lr / bias1).to(p.dtype))
         else:
-            p.sub_(update, alpha=lr / bias1)
+            # a multiply, not sub_(alpha=...): an absurd lr (> float32 max) then gives inf weights,
+            # which the trainer's divergence guard reports, instead of a conversion error here
+            p.sub_(update.mul_(lr / bias1))
 
 
 class AdamATan2(torch.optim.Optimizer):

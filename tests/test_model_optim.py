@@ -54,6 +54,16 @@ def test_first_step_moves_by_lr_times_atan2_of_sign():
     assert torch.allclose(param, torch.tensor([1.0 - step, -1.0 + step, 0.0], dtype=torch.float64))
 
 
+def test_lr_beyond_float32_range_gives_non_finite_weights_not_an_error():
+    """A sweep's absurd lr (here 1e39 > float32 max) must reach the trainer's divergence guard as
+    non-finite weights, not stop inside the optimizer with a conversion error."""
+    param = torch.nn.Parameter(torch.tensor([1.0, -1.0]))
+    opt = AdamATan2([param], lr=1e39, betas=(0.9, 0.95), weight_decay=0.0)
+    param.grad = torch.tensor([1.0, -1.0])
+    opt.step()
+    assert param.tolist() == [-math.inf, math.inf]
+
+
 def test_lr_zero_at_construction_and_schedule_sets_it():
     a = torch.nn.Parameter(torch.ones(3))
     b = torch.nn.Parameter(torch.ones(3))
