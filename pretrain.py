@@ -8,7 +8,8 @@ Config: configs/cfg_pretrain.yaml and configs/arch/*.yaml; any field can be over
 Exit codes: 0 done, 2 bad config, 3 diverged (non-finite loss or gradient).
 
 A Hydra sweep (`python pretrain.py -m arch=hrm_tiny arch.scaling.p=0.3,0.5,0.7`, or
-`hydra.sweeper.params` in a config) runs its jobs one after the other. Each job's run name ends in
+`hydra.sweeper.params` in a config) runs its jobs one after the other, once every job's config has
+been checked (hrm/sweep.py). Each job's run name ends in
 its swept values: `<arch>-<time>-arch.scaling.p=0.3` by default, `<run_name>-arch.scaling.p=0.3` with
 run_name, `<checkpoint_path>/arch.scaling.p=0.3` with checkpoint_path (so `resume=latest` continues
 every job's own run, and starts afresh a job without a checkpoint). A diverged job is recorded
@@ -24,37 +25,10 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
 from hrm.pretrain_config import PretrainConfig, format_validation_error
+from hrm.sweep import EXIT_BAD_CONFIG, fresh_if_nothing_to_resume, is_multirun, sweep_record_on_rank_zero, sweep_tag
 
-EXIT_BAD_CONFIG, EXIT_DIVERGED = 2, 3
+EXIT_DIVERGED = 3
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
-
-
-def swept_keys(argv: list[str]) -> set[str]:
-    """The keys a command line sweeps (`p=0.3,0.5`, `lr=range(1,3)`, `+x=choice(a,b)`), read with
-    Hydra's own argument parser (flags such as `--config-name NAME` are not overrides)."""
-    from hydra._internal.utils import get_args_parser
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    overrides = get_args_parser().parse_known_args(argv)[0].overrides
-    return {o.key_or_group for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()}
-
-
-def is_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-    return HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def sweep_tag() -> str:
-    """In a multirun (-m), this job's values of the swept keys (`arch.scaling.p=0.3`), swept on the
-    command line or in `hydra.sweeper.params`, for its run name; '' otherwise. '/' becomes '_': the
-    tag is one folder name."""
-    from hydra.core.hydra_config import HydraConfig
-    if not is_multirun():
-        return ""
-    hydra_config = HydraConfig.get()
-    swept = swept_keys(sys.argv[1:]) | set(OmegaConf.select(hydra_config, "sweeper.params", default=None) or {})
-    job = [o for o in hydra_config.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept]
-    return ",".join(job).replace("/", "_")
 
 
 @hydra.main(config_path="configs", config_name="cfg_pretrain", version_base=None)
@@ -101,40 +75,46 @@ def launch(hydra_config: DictConfig) -> None:
             shutdown(wait_for_peers=finished)
 
 
-def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> PretrainConfig:
-    """`resume=latest` over a sweep: a job whose run has no checkpoint (it diverged or was killed
-    before its first one, or never ran) starts afresh instead of stopping the sweep."""
-    from hrm.train import run_names
-    from hrm.train_checkpoint import list_checkpoints
-    run_dir = run_names(config, info, tag)[2]
-    if list_checkpoints(run_dir):
-        return config
-    if info.is_main:
-        print(f"pretrain.py: nothing to resume in {run_dir}: this job of the sweep starts afresh", flush=True)
-    return config.model_copy(update={"resume": None})
-
-
-def check_overrides(args: list[str]) -> None:
-    """Compose the config once before Hydra does: an unknown key (`arch.hidden_sz=3`), preset
-    (`arch=hrm_big`) or a malformed override then exits with EXIT_BAD_CONFIG and Hydra's message
-    naming it, like every other bad config (Hydra alone would exit 1, as for a crash). Hydra's own
-    flags and `hydra.*` settings are left to it."""
-    if any(a.startswith("-") or a.startswith("hydra.") or a.startswith("hydra/") for a in args):
-        return
+def check_overrides(argv: list[str]) -> None:
+    """Compose the config once before Hydra does, as Hydra will (the same search path, `-m`,
+    `--config-name/-dir/-path`, `hydra.*` overrides): an unknown key (`arch.hidden_sz=3`), preset
+    (`arch=hrm_big`), config name or a malformed override then exits with EXIT_BAD_CONFIG and
+    Hydra's message naming it, like every other bad config (Hydra alone would exit 1, as for a
+    crash). A sweep's swept values are checked job by job later, by hrm.sweep.CheckEveryJob.
+    Hydra's commands that run nothing (--help, --cfg, --info, ...) are left to it."""
     from pathlib import Path
-    from hydra import compose, initialize_config_dir
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
+    from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
+
+    args, unknown = get_args_parser().parse_known_args(argv)
+    if unknown or args.help or args.hydra_help or args.cfg or args.info or args.shell_completion \
+            or args.experimental_rerun:
+        return
     try:
-        with initialize_config_dir(config_dir=str(Path(__file__).resolve().parent / "configs"), version_base=None):
-            compose("cfg_pretrain", overrides=args)
+        search_path = create_automatic_config_search_path(str(Path(__file__).resolve()), None,
+                                                          args.config_path or "configs")
+        if args.config_dir is not None:
+            if not Path(args.config_dir).is_dir():
+                raise HydraException(f"--config-dir {args.config_dir}: no such folder")
+            search_path.prepend("command-line", f"file://{Path(args.config_dir).resolve()}")
+        hydra = Hydra.create_main_hydra2(task_name="pretrain", config_search_path=search_path)
+        config_name = args.config_name or "cfg_pretrain"
+        mode = RunMode.MULTIRUN if args.multirun else hydra.get_mode(config_name, args.overrides) or RunMode.RUN
+        hydra.compose_config(config_name, args.overrides, run_mode=mode, with_log_configuration=False)
     except (HydraException, OmegaConfBaseException) as e:
         print(f"pretrain.py: invalid config: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
+    finally:
+        GlobalHydra.instance().clear()
 
 
 if __name__ == "__main__":
     check_overrides(sys.argv[1:])
+    sys.argv = sys.argv[:1] + sweep_record_on_rank_zero(sys.argv[1:])
     launch()
     from hrm.distributed import shutdown
     shutdown(wait_for_peers=True)   # a sweep's process group, kept across its jobs (no-op otherwise)

@@ -92,9 +92,12 @@ def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path):
                           f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
     assert run.returncode == 2 and "lr:" in run.stderr and "greater than or equal to 0" in run.stderr
     assert not (tmp_path / "run").exists()
+    # with Hydra's flags and hydra.* overrides too, as Hydra composes them (Hydra alone exits 1)
     for bad, named in (("arch.hidden_sz=3", "hidden_sz"), ("arch=hrm_huge", "hrm_huge"), ("lr", "lr"),
-                       ("device=cuda" if not torch.cuda.is_available() else "device=tpu", "device")):
-        run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"data_path={small_build}", bad,
+                       ("device=cuda" if not torch.cuda.is_available() else "device=tpu", "device"),
+                       ("-m lr=1e-3,1e-2 arch.hidden_sz=3", "hidden_sz"), ("--config-name cfg_pretrian", "cfg_pretrian"),
+                       ("hydra.job.chdir=false arch=hrm_huge", "hrm_huge"), ("--config-dir nowhere", "nowhere")):
+        run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), *bad.split(), f"data_path={small_build}",
                               f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
         assert run.returncode == 2 and named in run.stderr and "Traceback" not in run.stderr, (bad, run.stderr)
         assert not (tmp_path / "run").exists()
@@ -487,13 +490,43 @@ def test_a_sweep_under_torchrun_runs_every_job(small_build, tmp_path):
     """2 gloo ranks, 3 jobs: the process group is kept from job to job (made again on the same
     torchrun store, its first collective could deadlock, about every other time)."""
     env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
-    cmd = sweep_cmd(small_build, "arch.scaling.p=0.4,0.5,0.6")
+    # a sweep dir that differs by rank, as ${now} does when the ranks start a second apart: the
+    # record is rank 0's alone
+    cmd = sweep_cmd(small_build, "arch.scaling.p=0.4,0.5,0.6", "hydra.sweep.dir=checkpoints/multirun/rank${oc.env:RANK}")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29519"] + cmd[1:]
     run = subprocess.run([a.replace("max_steps=3", "max_steps=2") for a in cmd], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     runs = sorted(r.name.split("-", 3)[-1] for r in (tmp_path / "checkpoints" / "sweep").iterdir())
     assert runs == ["arch.scaling.p=0.4", "arch.scaling.p=0.5", "arch.scaling.p=0.6"]
+    assert os.listdir(tmp_path / "checkpoints" / "multirun") == ["rank0"]
+    assert (tmp_path / "checkpoints" / "multirun" / "rank0" / "multirun.yaml").is_file()
+
+
+def test_a_sweep_checks_every_job_before_the_first_starts(small_build, tmp_path):
+    """A bad value in a later job of a sweep stops it before its first job trains (exit 2), with
+    every bad job named once per mistake; nothing is written."""
+    env = dict(os.environ, WANDB_MODE="disabled", WORLD_SIZE="1")
+    run = subprocess.run(sweep_cmd(small_build, "lr=1e-3,-1", "arch.scaling.p=0.3,1e"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 2, run.stderr[-3000:]
+    err = run.stderr
+    assert "invalid sweep: 3 of its 4 jobs cannot run; none was started" in err and "Traceback" not in err
+    assert "job #1 (lr=0.001 arch.scaling.p=1e):\n  invalid config:\n    arch.scaling.p: Input should be a valid number" in err
+    assert "job #2 (lr=-1 arch.scaling.p=0.3):\n  invalid config:\n    lr: Input should be greater than or equal to 0" in err
+    assert "job #3 (lr=-1 arch.scaling.p=1e):" in err and "job #0" not in err
+    assert os.listdir(tmp_path) == []
+    # a mistake every job shares is told once; a swept key that does not exist is named
+    run = subprocess.run(sweep_cmd(small_build, "arch.scaling.pp=0.3,0.5", "lr=-2"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 2 and "Could not override 'arch.scaling.pp'" in run.stderr, run.stderr[-3000:]
+    # the world size counts: 8 rows do not split over 3 ranks
+    cmd = [a.replace("global_batch_size=8", "global_batch_size=9,8") for a in sweep_cmd(small_build)]
+    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=dict(env, WORLD_SIZE="3"))
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert ("invalid sweep: 1 of its 2 jobs cannot run; none was started\njob #1 (global_batch_size=8):\n"
+            "  global_batch_size=8 is not divisible by the world size 3") in run.stderr
+    assert os.listdir(tmp_path) == []
 
 
 def test_evaluation_logs_pass_at_k_as_vote_py_scores_the_predictions(small_build, tmp_path, monkeypatch):

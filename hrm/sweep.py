@@ -1,0 +1,152 @@
+"""Hydra sweeps of pretrain.py (`python pretrain.py -m arch.scaling.p=0.3,0.5,0.7`).
+
+Hydra runs a sweep's jobs one after the other, composing each job's config only when its turn
+comes; by itself a typo in the third job's value would surface hours into the sweep, after the
+first two trained. `CheckEveryJob`, a Hydra callback named in configs/cfg_pretrain.yaml, composes
+and validates every job before the first one starts, and stops the sweep with every bad job named.
+
+A job's run name ends in its swept values (`sweep_tag`), so the jobs' runs, checkpoints and
+`resume=latest` stay apart.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hrm.pretrain_config import PretrainConfig, format_validation_error
+
+EXIT_BAD_CONFIG = 2   # pretrain.py's exit status for a config that cannot run
+_BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def swept_keys(argv: list[str]) -> set[str]:
+    """The keys a command line sweeps (`p=0.3,0.5`, `lr=range(1,3)`, `+x=choice(a,b)`), read with
+    Hydra's own argument parser (flags such as `--config-name NAME` are not overrides)."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    overrides = get_args_parser().parse_known_args(argv)[0].overrides
+    return {o.key_or_group for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()}
+
+
+def is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    return HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def sweep_tag() -> str:
+    """In a multirun (-m), this job's values of the swept keys (`arch.scaling.p=0.3`), swept on the
+    command line or in `hydra.sweeper.params`, for its run name; '' otherwise. '/' becomes '_': the
+    tag is one folder name."""
+    from hydra.core.hydra_config import HydraConfig
+    if not is_multirun():
+        return ""
+    hydra_config = HydraConfig.get()
+    swept = swept_keys(sys.argv[1:]) | set(OmegaConf.select(hydra_config, "sweeper.params", default=None) or {})
+    job = [o for o in hydra_config.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept]
+    return ",".join(job).replace("/", "_")
+
+
+def sweep_record_on_rank_zero(argv: list[str]) -> list[str]:
+    """Under torchrun every rank runs Hydra's sweeper, and each resolves the `${now:...}` of
+    `hydra.sweep.dir` itself: a second apart, the ranks would leave two checkpoints/multirun/<time>
+    records of one sweep. On the other ranks, `argv` gets a temporary sweep dir, removed at exit."""
+    from hydra._internal.utils import get_args_parser
+    if os.environ.get("RANK", "0") == "0":
+        return argv
+    args = get_args_parser().parse_known_args(argv)[0]
+    if not (args.multirun or "hydra.mode=MULTIRUN" in args.overrides):
+        return argv
+    record = tempfile.mkdtemp(prefix=f"hrm-sweep-rank{os.environ['RANK']}-")
+    atexit.register(shutil.rmtree, record, ignore_errors=True)
+    return argv + [f"hydra.sweep.dir={record}"]
+
+
+def sweep_jobs(config: DictConfig, loader) -> tuple[list[list[str]], set[str]] | None:
+    """Every job's overrides, in the order Hydra's basic sweeper runs them (the product of the
+    swept values, `hydra.sweeper.params` first), and the swept keys; None for another sweeper,
+    which picks its jobs as it goes."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    if OmegaConf.select(config, "hydra.sweeper._target_") != _BASIC_SWEEPER:
+        return None
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    lines = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    overrides = OverridesParser.create(config_loader=loader).parse_overrides(lines)
+    swept = {o.get_key_element() for o in overrides if o.is_sweep_override()}
+    return BasicSweeper.split_arguments(overrides, None)[0], swept
+
+
+def job_problem(config: DictConfig, loader, job: list[str], world_size: int) -> str | None:
+    """What is wrong with one job's config, composed as Hydra's launcher will compose it, or None."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+    from pydantic import ValidationError
+    try:
+        job_config = loader.load_sweep_config(config, list(job))
+        with open_dict(job_config):
+            del job_config["hydra"]
+        checked = PretrainConfig(**OmegaConf.to_container(job_config, resolve=True))
+        checked.check_world_size(world_size)
+    except ValidationError as e:
+        return format_validation_error(e)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        return str(e)
+    return None
+
+
+def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> PretrainConfig:
+    """`resume=latest` over a sweep: a job whose run has no checkpoint (it diverged or was killed
+    before its first one, or never ran) starts afresh instead of stopping the sweep."""
+    from hrm.train import run_names
+    from hrm.train_checkpoint import list_checkpoints
+    run_dir = run_names(config, info, tag)[2]
+    if list_checkpoints(run_dir):
+        return config
+    if info.is_main:
+        print(f"pretrain.py: nothing to resume in {run_dir}: this job of the sweep starts afresh", flush=True)
+    return config.model_copy(update={"resume": None})
+
+
+class CheckEveryJob(Callback):
+    """Before a sweep's first job: every job's config must compose and validate (the world size
+    included), or the sweep stops with exit 2, naming each bad job, having run nothing."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.errors import HydraException
+        loader = GlobalHydra.instance().config_loader()
+        try:
+            found = sweep_jobs(config, loader)
+        except HydraException as e:          # a sweep the basic sweeper cannot run (an interval)
+            fail(f"invalid sweep: {e}")
+        if found is None:
+            return
+        jobs, swept = found
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        by_problem: dict[str, list[str]] = {}   # the same mistake in every job is told once
+        for i, job in enumerate(jobs):
+            problem = job_problem(config, loader, job, world_size)
+            if problem:
+                values = " ".join(o for o in job if o.split("=", 1)[0] in swept)
+                by_problem.setdefault(problem, []).append(f"#{i} ({values})")
+        if by_problem:
+            bad = sum(len(v) for v in by_problem.values())
+            lines = [f"invalid sweep: {bad} of its {len(jobs)} jobs cannot run; none was started"]
+            for problem, named in by_problem.items():
+                lines.append(("every job" if len(named) == len(jobs) else "job " + ", ".join(named)) + ":")
+                lines.extend("  " + line for line in problem.splitlines())
+            fail("\n".join(lines))
+
+
+def fail(message: str) -> None:
+    """Exit EXIT_BAD_CONFIG, saying why on one rank (every torchrun rank checks the same sweep)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"pretrain.py: {message}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_BAD_CONFIG)
