@@ -166,11 +166,18 @@ def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
 
 
 def check_unique_names(sources: list[Source]) -> None:
-    """The same task name twice would merge two tasks' puzzle identifiers: refuse it."""
+    """The same task name twice would merge two tasks' puzzle identifiers; a name in the form of an
+    augmented puzzle's (`<task>_t<0-7>_<permutation of 0-9>`) would be read back by voting as an
+    augmentation of another task. Refuse both."""
+    from arc_data.augment import parse_augmentation_name
     seen: dict[str, str] = {}
     for source in sources:
         for _, tasks in source.subsets:
             for task in tasks:
+                if parse_augmentation_name(task.name)[0] != task.name:
+                    raise BuildInputError(f"{task.origin}: task name {task.name!r} has the form of an augmented "
+                                          f"puzzle's name (<task>_t<0-7>_<permutation of 0-9>), which voting would "
+                                          f"undo as an augmentation; rename the task")
                 if task.name in seen:
                     raise BuildInputError(f"task {task.name} appears twice: in {seen[task.name]} and in {task.origin}")
                 seen[task.name] = task.origin

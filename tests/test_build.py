@@ -213,6 +213,23 @@ def test_same_task_name_from_two_sources_is_refused(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_task_named_like_an_augmented_puzzle_is_refused(tmp_path, capsys):
+    """Voting reads `<task>_t<k>_<map>` back as an augmentation of <task>: an original task with such
+    a name (from its file name or its 'name' field) could never be scored."""
+    write_task(tmp_path / "src" / "evaluation", "fine_t3_012345678", small_task(0))   # 9 digits: a plain name
+    args = ["--source-dir", str(tmp_path / "src"), "--output-dir", str(tmp_path / "b"), "--num-aug", "1", "--quiet"]
+    assert build_arc.main(args) == 0
+    bad = write_task(tmp_path / "src2" / "evaluation", "Clean_t3_0123456789", small_task(1))
+    args = ["--source-dir", str(tmp_path / "src2"), "--output-dir", str(tmp_path / "c"), "--quiet"]
+    assert build_arc.main(args) == 1
+    err = capsys.readouterr().err
+    assert str(bad) in err and "'Clean_t3_0123456789' has the form of an augmented puzzle's name" in err, err
+    write_task(tmp_path / "src3" / "training", "plain", dict(small_task(2), name="x_t0_9876543210"))
+    assert build_arc.main(["--source-dir", str(tmp_path / "src3"), "--output-dir", str(tmp_path / "d"), "--quiet"]) == 1
+    assert "'x_t0_9876543210' has the form" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["b", "src", "src2", "src3"]
+
+
 @pytest.fixture(scope="module")
 def verified_build(tmp_path_factory):
     root = tmp_path_factory.mktemp("verify")
