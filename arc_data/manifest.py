@@ -80,3 +80,20 @@ def verify(build_dir) -> list[str]:
     if build_digest(expected, manifest["settings"], manifest["sources"]) != manifest["digest"]:
         problems.append(f"changed: {MANIFEST} (its digest does not match its contents)")
     return problems
+
+
+def build_identity(build_dir) -> dict:
+    """What a checkpoint records of the build it was trained on, to recognise it later:
+    `identifiers_sha256`, the sha256 of identifiers.json (what each puzzle-embedding row means: a
+    build with another seed or listing order has the same sizes but other names), and `digest`, the
+    build digest of manifest.json (None for a build without one, e.g. the original HRM builder's)."""
+    path = Path(build_dir) / "identifiers.json"
+    try:
+        identifiers = hash_file(path)["sha256"]
+    except OSError as e:
+        raise FileNotFoundError(f"{path}: cannot read it ({e.strerror or e})") from None
+    try:
+        digest = read_manifest(build_dir)["digest"]
+    except FileNotFoundError:
+        digest = None
+    return {"identifiers_sha256": identifiers, "digest": digest}

@@ -44,6 +44,26 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded as asked; the message names the keys or file at fault."""
 
 
+def read_torch_file(path, hint: str = ""):
+    """torch.load(weights_only=True), with a file torch cannot read or decode refused by name, in
+    one line (`hint`: what to do instead, appended)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except MemoryError:    # a real checkpoint too large for this machine: not a format problem
+        raise
+    except OSError as e:
+        # torch reports a truncated zip as OSError(EINVAL) too: say both
+        raise CheckpointError(f"{path}: cannot read it ({e.strerror or e}): unreadable, truncated or "
+                              f"corrupt{hint}") from None
+    except Exception as e:
+        # torch has no one error for foreign bytes: text gives KeyError, IndexError or
+        # UnpicklingError, an empty file EOFError, a truncated one RuntimeError. Its messages run
+        # to many lines: keep the first sentence
+        reason = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else "no details"
+        raise CheckpointError(f"{path}: torch cannot read it ({type(e).__name__}: {reason}): truncated, "
+                              f"corrupt or not a checkpoint{hint}") from None
+
+
 # ------------------------------------------------------------------------------------ our format
 def save_model(path: str, model: HRM, extra: dict | None = None) -> None:
     payload = {

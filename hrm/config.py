@@ -67,7 +67,7 @@ class ModuleScalingOverride(BaseModel):
     @classmethod
     def _positive(cls, v, info):
         if v is not None and not v > 0:
-            raise ValueError(f"{info.field_name.rstrip('_')} must be > 0, got {v}")
+            raise ValueError(f"{info.field_name.rstrip('_')} must be > 0")
         return v
 
     def is_empty(self) -> bool:
@@ -95,7 +95,7 @@ class ScalingConfig(BaseModel):
     @classmethod
     def _positive(cls, v, info):
         if not v > 0:
-            raise ValueError(f"scaling.{info.field_name.rstrip('_')} must be > 0, got {v}")
+            raise ValueError(f"scaling.{info.field_name.rstrip('_')} must be > 0")
         return v
 
     @model_validator(mode="after")
@@ -157,28 +157,28 @@ class ArchConfig(BaseModel):
     @classmethod
     def _at_least_one(cls, v, info):
         if v < 1:
-            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
+            raise ValueError(f"{info.field_name} must be >= 1")
         return v
 
     @field_validator("puzzle_emb_ndim")
     @classmethod
     def _non_negative(cls, v):
         if v < 0:
-            raise ValueError(f"puzzle_emb_ndim must be >= 0, got {v}")
+            raise ValueError("puzzle_emb_ndim must be >= 0")
         return v
 
     @field_validator("expansion", "rope_theta", "rms_norm_eps")
     @classmethod
     def _positive(cls, v, info):
         if not v > 0:
-            raise ValueError(f"{info.field_name} must be > 0, got {v}")
+            raise ValueError(f"{info.field_name} must be > 0")
         return v
 
     @field_validator("halt_exploration_prob")
     @classmethod
     def _probability(cls, v):
         if not 0.0 <= v <= 1.0:
-            raise ValueError(f"halt_exploration_prob must lie in [0, 1], got {v}")
+            raise ValueError("halt_exploration_prob must lie in [0, 1]")
         return v
 
     @model_validator(mode="after")

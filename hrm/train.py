@@ -24,6 +24,7 @@ import yaml
 from tqdm import tqdm
 
 from arc_data.dataset import EvalBatches, TrainBatches, load_split
+from arc_data.manifest import build_identity
 from hrm.diagnostics import visit_alignment
 from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object,
                              switch_on)
@@ -95,6 +96,39 @@ def check_same_arch(saved_config: dict, config: PretrainConfig, checkpoint: Path
                          f"resume with the checkpoint's settings (its all_config.yaml), or start a new run")
 
 
+def check_same_data(saved_config: dict, saved_data: dict | None, config: PretrainConfig, data: dict,
+                    checkpoint: Path) -> None:
+    """The saved data-reader position means something only for the same build and the same batch
+    order (seed, global batch, epochs per iteration); and the puzzle-embedding rows belong to the
+    puzzles of the build they were trained on. Refuse another, naming the settings as configured.
+    `saved_data`: the build identity saved with the checkpoint (None before it was saved)."""
+    def per_iteration(c: dict) -> int:
+        return c.get("eval_interval") or c.get("epochs")
+    changed = [f"{key}: {saved_config.get(key)!r} in the checkpoint, {getattr(config, key)!r} now"
+               for key in ("seed", "global_batch_size") if saved_config.get(key) != getattr(config, key)]
+    if per_iteration(saved_config) != config.epochs_per_iteration:
+        changed.append(f"eval_interval (epochs between evaluations; `epochs` when null): "
+                       f"{per_iteration(saved_config)!r} in the checkpoint, {config.epochs_per_iteration!r} now")
+    if changed:
+        raise ValueError(f"resume={checkpoint}: these settings fix the order of the training batches, and the "
+                         f"run's position in it: {'; '.join(changed)}. Resume with the checkpoint's values "
+                         f"(its all_config.yaml), or start a new run")
+    if saved_data is None:
+        return
+    trained_on = saved_config.get("data_path")
+    if saved_data["identifiers_sha256"] != data["identifiers_sha256"]:
+        raise ValueError(f"resume={checkpoint}: data_path={config.data_path} is not the build the run was trained "
+                         f"on ({trained_on}): its puzzle names differ (identifiers.json sha256 "
+                         f"{data['identifiers_sha256'][:12]}..., the run's {saved_data['identifiers_sha256'][:12]}...), "
+                         f"so every puzzle-embedding row would belong to another puzzle. Resume with that build "
+                         f"(a build with another --seed or --listing-order has the same sizes but other names)")
+    if saved_data["digest"] and data["digest"] and saved_data["digest"] != data["digest"]:
+        raise ValueError(f"resume={checkpoint}: data_path={config.data_path} is not the build the run was trained "
+                         f"on ({trained_on}): same puzzles, other contents (build digest {data['digest'][:12]}..., "
+                         f"the run's {saved_data['digest'][:12]}...; see each manifest.json). Resume with that "
+                         f"build, or start a new run")
+
+
 @dataclass
 class Trainer:
     config: PretrainConfig
@@ -110,6 +144,7 @@ class Trainer:
         self.wandb_mode = resolve_wandb_mode(cfg.wandb.mode) if info.is_main else "disabled"
         self.train_split = load_split(cfg.data_path, "train")
         self.test_split = load_split(cfg.data_path, "test")
+        self.data_identity = build_identity(cfg.data_path)   # saved with checkpoints, checked on resume
         meta = self.train_split.metadata
         self.reader = TrainBatches(self.train_split, global_batch_size=cfg.global_batch_size, seed=cfg.seed,
                                    rank=info.rank, world_size=info.world_size,
@@ -148,8 +183,12 @@ class Trainer:
             ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None)
             if not cfg.checkpoint_path:
                 self.run_dir = ckpt.parent  # keep writing into the run we continue
+
+            def check_resumable(saved_config: dict, saved_data: dict | None) -> None:
+                check_same_arch(saved_config, cfg, ckpt)
+                check_same_data(saved_config, saved_data, cfg, self.data_identity, ckpt)
             state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info,
-                                    check_config=lambda saved: check_same_arch(saved, cfg, ckpt))
+                                    check_config=check_resumable)
             self.step, self.carry = state["step"], state["carry"]
             self.reader.load_state_dict(state["reader"])
             saved = state["evaluated_iterations"]
@@ -316,7 +355,8 @@ class Trainer:
         return save_checkpoint(self.run_dir, step=self.step, model=self.model, optimizers=self.optimizers,
                                reader_state=self.reader.state_dict(), carry=self.carry,
                                config=self.resolved_config, info=self.info,
-                               keep=self.config.keep_checkpoints, evaluated_iterations=self.evaluated_iterations)
+                               keep=self.config.keep_checkpoints, evaluated_iterations=self.evaluated_iterations,
+                               data=self.data_identity)
 
     # ------------------------------------------------------------------------------------- loop
     def fit(self) -> dict:

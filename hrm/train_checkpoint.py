@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from hrm.checkpoint import load_state_strict, save_model
+from hrm.checkpoint import CheckpointError, load_state_strict, read_torch_file, save_model
 from hrm.distributed import DistInfo, barrier
 from hrm.model import Carry
 
@@ -65,10 +65,13 @@ def _write_atomic(path: Path, payload) -> None:
 
 
 def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, reader_state: dict, carry,
-                    config: dict, info: DistInfo, keep: int = 0, evaluated_iterations: int | None = None) -> Path:
+                    config: dict, info: DistInfo, keep: int = 0, evaluated_iterations: int | None = None,
+                    data: dict | None = None) -> Path:
     """Collective: every rank must call it. Returns the final step folder. `evaluated_iterations`:
     how many of the reader's iterations have had their evaluation (a checkpoint written on an
-    iteration's last batch, before its evaluation, leaves one pending)."""
+    iteration's last batch, before its evaluation, leaves one pending). `data`: the training build's
+    identity (arc_data.manifest.build_identity), kept in trainer.pt and model.pt so that resume and
+    predict.py recognise another build of the same size."""
     run_dir = Path(run_dir)
     final = run_dir / f"step_{step}"
     tmp = run_dir / f".step_{step}.tmp"
@@ -79,10 +82,11 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
     barrier(info)
     _write_atomic(tmp / f"rank_{info.rank}.pt", {"format": FORMAT, "carry": _carry_to_dict(carry), "rng": _rng_state()})
     if info.is_main:
-        save_model(str(tmp / "model.pt"), model, extra={"step": step})
+        save_model(str(tmp / "model.pt"), model, extra={"step": step, "data": data})
         _write_atomic(tmp / "trainer.pt", {
             "format": FORMAT, "step": step, "world_size": info.world_size, "config": config,
             "scaling": model.scaling, "reader": reader_state, "evaluated_iterations": evaluated_iterations,
+            "data": data,
             # the config keeps data_path as typed (often relative to where training ran); this one
             # finds the build from anywhere (predict.py)
             "data_path_resolved": str(Path(config["data_path"]).resolve()) if config.get("data_path") else None,
@@ -128,21 +132,31 @@ def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
     return path
 
 
+def _earlier_checkpoint_hint(step_dir: Path) -> str:
+    """'; resume=<the step before> to continue from the previous checkpoint', when there is one."""
+    found = [c.name for c in list_checkpoints(step_dir.parent)]
+    earlier = found[:found.index(step_dir.name)] if step_dir.name in found else []
+    return f"; resume={step_dir.parent / earlier[-1]} continues from the previous checkpoint" if earlier else ""
+
+
 def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: DistInfo,
                     check_config=None) -> dict:
     """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config",
-    "evaluated_iterations" (None in checkpoints that predate it)}. `check_config(saved_config)`
-    runs before anything is restored (the weights can be GBs) and may refuse the checkpoint.
+    "evaluated_iterations" (None in checkpoints that predate it)}. `check_config(saved_config,
+    saved_data)` runs before anything is restored (the weights can be GBs) and may refuse the
+    checkpoint; `saved_data` is the build identity (None in checkpoints that predate it).
 
     The carry is restored only when the world size is unchanged (each rank's rows in flight are
-    its own); otherwise every rank starts from a fresh carry."""
+    its own); otherwise every rank starts from a fresh carry. A file that cannot be read is named,
+    with the previous checkpoint suggested."""
     step_dir = Path(step_dir)
-    trainer = torch.load(step_dir / "trainer.pt", map_location="cpu", weights_only=True)
-    if trainer.get("format") != FORMAT:
-        raise ValueError(f"{step_dir / 'trainer.pt'}: not a {FORMAT} checkpoint")
+    hint = _earlier_checkpoint_hint(step_dir)
+    trainer = read_torch_file(step_dir / "trainer.pt", hint)
+    if not isinstance(trainer, dict) or trainer.get("format") != FORMAT:
+        raise CheckpointError(f"{step_dir / 'trainer.pt'}: not a {FORMAT} checkpoint")
     if check_config is not None:
-        check_config(trainer["config"])
-    weights = torch.load(step_dir / "model.pt", map_location="cpu", weights_only=True)
+        check_config(trainer["config"], trainer.get("data"))
+    weights = read_torch_file(step_dir / "model.pt", hint)
     load_state_strict(model, weights["state"])
     if set(trainer["optimizers"]) != set(optimizers):
         raise ValueError(f"{step_dir}: optimizers {sorted(trainer['optimizers'])} in the checkpoint, "
@@ -151,8 +165,11 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
         opt.load_state_dict(trainer["optimizers"][name])
     carry = None
     rank_file = step_dir / f"rank_{info.rank}.pt"
-    if trainer["world_size"] == info.world_size and rank_file.is_file():
-        per_rank = torch.load(rank_file, map_location="cpu", weights_only=True)
+    if trainer["world_size"] == info.world_size:
+        if not rank_file.is_file():   # written by every rank: its absence is damage, not a new world
+            raise CheckpointError(f"{rank_file}: missing (the checkpoint was written by {info.world_size} "
+                                  f"ranks, each with its rows in flight and random state){hint}")
+        per_rank = read_torch_file(rank_file, hint)
         carry = _carry_from_dict(per_rank["carry"], info.device, model.compute_dtype(info.device))
         _set_rng_state(per_rank["rng"])
     elif info.is_main:

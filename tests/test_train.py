@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -359,6 +360,81 @@ def test_resuming_with_another_architecture_is_refused_naming_the_fields(small_b
                 progress=False)
     renamed = {**MICRO_ARCH, "name": "micro-again"}                      # a label only: fine
     assert Trainer(micro_config(small_build, tmp_path / "run", arch=renamed, max_steps=2, resume="latest"), CPU,
+                   progress=False).step == 1
+
+
+def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(small_build, tmp_path, monkeypatch):
+    """A build with another --seed has the same sizes but other puzzle names (each embedding row
+    would belong to another puzzle); seed, global batch and eval_interval fix the batch order the
+    saved position refers to. Each is refused by its config name, before model.pt is read."""
+    import shutil
+
+    import hrm.train_checkpoint as train_checkpoint
+    from arc_data.build import BuildConfig, build
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    other = tmp_path / "seed43"
+    build(BuildConfig(num_aug=4, limit_tasks=8, seed=43, output_dir=str(other)), progress=False)
+    read = []
+    real_read = train_checkpoint.read_torch_file
+    monkeypatch.setattr(train_checkpoint, "read_torch_file", lambda path, hint="": read.append(Path(path).name)
+                        or real_read(path, hint))
+
+    def resume(**overrides):
+        read.clear()
+        return Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest", **overrides), CPU,
+                       progress=False)
+    with pytest.raises(ValueError, match=rf"data_path={other} is not the build the run was trained on "
+                                         rf"\({small_build}\): its puzzle names differ"):
+        resume(data_path=str(other))
+    assert read == ["trainer.pt"]
+    for overrides, named in ((dict(seed=4), "seed: 3 in the checkpoint, 4 now"),
+                             (dict(global_batch_size=16), "global_batch_size: 8 in the checkpoint, 16 now"),
+                             (dict(eval_interval=50), "eval_interval (epochs between evaluations; `epochs` when "
+                                                      "null): 100 in the checkpoint, 50 now")):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            resume(**overrides)
+        assert read == ["trainer.pt"]
+    # same puzzle names, other contents (here: another digest in its manifest)
+    copy = tmp_path / "copy"
+    shutil.copytree(small_build, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "digest": "0" * 64}))
+    with pytest.raises(ValueError, match="same puzzles, other contents"):
+        resume(data_path=str(copy))
+    assert resume(epochs=200).step == 1             # epochs may grow (eval_interval unchanged)
+    assert read == ["trainer.pt", "model.pt", "rank_0.pt"]
+
+
+@pytest.mark.parametrize("damage", ["trainer.pt", "model.pt", "rank_0.pt", "no rank_0.pt"])
+def test_a_damaged_checkpoint_is_named_and_the_previous_one_suggested(small_build, tmp_path, damage):
+    """A truncated file of the newest checkpoint, or a rank file gone under an unchanged world size
+    (its carry and random state cannot be made up), is an error naming the file and the previous
+    checkpoint; from the command line exit 2 without a traceback."""
+    run = tmp_path / "run"
+    Trainer(micro_config(small_build, run, max_steps=2, checkpoint_interval=1, keep_checkpoints=0), CPU,
+            progress=False).fit()
+    name = damage.removeprefix("no ")
+    target = run / "step_2" / name
+    if damage.startswith("no "):
+        target.unlink()
+        expected = f"{target}: missing"
+    else:
+        target.write_bytes(target.read_bytes()[:3000])
+        expected = f"{target}: "
+    hint = f"resume={run / 'step_1'} continues from the previous checkpoint"
+    with pytest.raises(ValueError) as raised:
+        Trainer(micro_config(small_build, run, max_steps=3, resume="latest"), CPU, progress=False)
+    assert str(raised.value).startswith(expected) and str(raised.value).endswith(hint), raised.value
+    if damage == "trainer.pt":
+        cli = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), "arch=hrm_tiny",
+                              *[f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"],
+                              "arch.scaling.rule=deeploop", f"data_path={small_build}", "global_batch_size=8",
+                              "epochs=100", "eval_interval=100", "seed=3", f"checkpoint_path={run}", "resume=latest"],
+                             cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ, WANDB_MODE="disabled"))
+        assert cli.returncode == 2 and expected in cli.stderr and hint in cli.stderr, cli.stderr[-2000:]
+        assert "Traceback" not in cli.stderr
+    # the previous checkpoint resumes
+    assert Trainer(micro_config(small_build, run, max_steps=3, resume=str(run / "step_1")), CPU,
                    progress=False).step == 1
 
 
