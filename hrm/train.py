@@ -190,6 +190,13 @@ class Trainer:
             state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info,
                                     check_config=check_resumable)
             self.step, self.carry = state["step"], state["carry"]
+            # torch's load_state_dict brings back the saved groups' settings too; this run's config
+            # says what they are now (the lr comes from the schedule at every step)
+            settings = {"dense": dict(betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay),
+                        "puzzle_emb": dict(weight_decay=cfg.puzzle_emb_weight_decay)}
+            for name, opt in self.optimizers.items():
+                for group in opt.param_groups:
+                    group.update(settings[name])
             self.reader.load_state_dict(state["reader"])
             saved = state["evaluated_iterations"]
             self.evaluated_iterations = self.reader.iteration if saved is None else saved

@@ -401,8 +401,12 @@ def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(
     (copy / "manifest.json").write_text(json.dumps({**manifest, "digest": "0" * 64}))
     with pytest.raises(ValueError, match="same puzzles, other contents"):
         resume(data_path=str(copy))
-    assert resume(epochs=200).step == 1             # epochs may grow (eval_interval unchanged)
-    assert read == ["trainer.pt", "model.pt", "rank_0.pt"]
+    # epochs may grow (eval_interval unchanged); optimizer settings may change and take effect
+    resumed = resume(epochs=200, weight_decay=0.05, beta2=0.9, puzzle_emb_weight_decay=0.2)
+    assert resumed.step == 1 and read == ["trainer.pt", "model.pt", "rank_0.pt"]
+    assert resumed.optimizers["dense"].param_groups[0]["weight_decay"] == 0.05
+    assert resumed.optimizers["dense"].param_groups[0]["betas"] == (0.9, 0.9)
+    assert resumed.optimizers["puzzle_emb"].param_groups[0]["weight_decay"] == 0.2
 
 
 @pytest.mark.parametrize("damage", ["trainer.pt", "model.pt", "rank_0.pt", "no rank_0.pt"])
