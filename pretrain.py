@@ -24,8 +24,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
-from hrm.pretrain_config import PretrainConfig, format_validation_error
-from hrm.sweep import EXIT_BAD_CONFIG, fresh_if_nothing_to_resume, is_multirun, sweep_record_on_rank_zero, sweep_tag
+from hrm.pretrain_config import EXIT_BAD_CONFIG, PretrainConfig, exit_bad_config, format_validation_error
+from hrm.sweep import fresh_if_nothing_to_resume, is_multirun, sweep_record_on_rank_zero, sweep_tag
 
 EXIT_DIVERGED = 3
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
@@ -36,15 +36,14 @@ def launch(hydra_config: DictConfig) -> None:
     try:
         config = PretrainConfig(**OmegaConf.to_container(hydra_config, resolve=True))
     except ValidationError as e:
-        print(format_validation_error(e), file=sys.stderr)
-        sys.exit(EXIT_BAD_CONFIG)
+        exit_bad_config(format_validation_error(e))
 
     from hrm.distributed import init_distributed, shutdown
     from hrm.train import Trainer, TrainingDiverged
 
     try:
         info = init_distributed(config.device)
-    except RuntimeError as e:   # device=cuda without CUDA
+    except RuntimeError as e:   # device=cuda without CUDA, or this rank's GPU missing: every rank says
         print(f"pretrain.py: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     finished = False
@@ -106,8 +105,7 @@ def check_overrides(argv: list[str]) -> None:
         mode = RunMode.MULTIRUN if args.multirun else hydra.get_mode(config_name, args.overrides) or RunMode.RUN
         hydra.compose_config(config_name, args.overrides, run_mode=mode, with_log_configuration=False)
     except (HydraException, OmegaConfBaseException) as e:
-        print(f"pretrain.py: invalid config: {e}", file=sys.stderr)
-        sys.exit(EXIT_BAD_CONFIG)
+        exit_bad_config(f"invalid config: {e}")
     finally:
         GlobalHydra.instance().clear()
 

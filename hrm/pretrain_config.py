@@ -5,6 +5,8 @@ keys and bad values with a message naming the field, before any work starts.
 """
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -99,3 +101,14 @@ def format_validation_error(err: ValidationError) -> str:
         shown = e["type"] != "missing" and not isinstance(e["input"], dict)
         lines.append(f"  {where}: {msg}" + (f" (got {e['input']!r})" if shown else ""))
     return "invalid config:\n" + "\n".join(lines)
+
+
+EXIT_BAD_CONFIG = 2   # pretrain.py's exit status for a config that cannot run
+
+
+def exit_bad_config(message: str):
+    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once: under torchrun every rank checks the
+    same config and would print the same message (RANK unset: one process, which prints)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"pretrain.py: {message}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_BAD_CONFIG)

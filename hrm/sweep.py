@@ -19,9 +19,7 @@ import tempfile
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hrm.pretrain_config import PretrainConfig, format_validation_error
-
-EXIT_BAD_CONFIG = 2   # pretrain.py's exit status for a config that cannot run
+from hrm.pretrain_config import PretrainConfig, exit_bad_config, format_validation_error
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
@@ -125,7 +123,7 @@ class CheckEveryJob(Callback):
         try:
             found = sweep_jobs(config, loader)
         except HydraException as e:          # a sweep the basic sweeper cannot run (an interval)
-            fail(f"invalid sweep: {e}")
+            exit_bad_config(f"invalid sweep: {e}")
         if found is None:
             return
         jobs, swept = found
@@ -142,11 +140,4 @@ class CheckEveryJob(Callback):
             for problem, named in by_problem.items():
                 lines.append(("every job" if len(named) == len(jobs) else "job " + ", ".join(named)) + ":")
                 lines.extend("  " + line for line in problem.splitlines())
-            fail("\n".join(lines))
-
-
-def fail(message: str) -> None:
-    """Exit EXIT_BAD_CONFIG, saying why on one rank (every torchrun rank checks the same sweep)."""
-    if os.environ.get("RANK", "0") == "0":
-        print(f"pretrain.py: {message}", file=sys.stderr, flush=True)
-    sys.exit(EXIT_BAD_CONFIG)
+            exit_bad_config("\n".join(lines))

@@ -583,6 +583,16 @@ def test_a_sweep_under_torchrun_runs_every_job(small_build, tmp_path):
     assert (tmp_path / "checkpoints" / "multirun" / "rank0" / "multirun.yaml").is_file()
 
 
+def test_a_bad_config_under_torchrun_is_reported_once(small_build, tmp_path):
+    """Every rank checks the same config; one of them says what is wrong."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29521",
+           str(ROOT / "pretrain.py"), f"data_path={small_build}", "lr=-1", "arch=hrm_tiny"]
+    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1"))
+    assert run.returncode != 0 and run.stderr.count("lr: Input should be greater than or equal to 0") == 1, \
+        run.stderr[-3000:]
+
+
 def test_a_sweep_checks_every_job_before_the_first_starts(small_build, tmp_path):
     """A bad value in a later job of a sweep stops it before its first job trains (exit 2), with
     every bad job named once per mistake; nothing is written."""
