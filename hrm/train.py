@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -145,6 +146,9 @@ class Trainer:
         self.train_split = load_split(cfg.data_path, "train")
         self.test_split = load_split(cfg.data_path, "test")
         self.data_identity = build_identity(cfg.data_path)   # saved with checkpoints, checked on resume
+        if self.test_split.num_examples == 0 and info.is_main:
+            print(f"warning: {cfg.data_path} has an empty test split (its sources had no `evaluation` subset), "
+                  f"so the evaluations measure nothing", file=sys.stderr, flush=True)
         meta = self.train_split.metadata
         self.reader = TrainBatches(self.train_split, global_batch_size=cfg.global_batch_size, seed=cfg.seed,
                                    rank=info.rank, world_size=info.world_size,

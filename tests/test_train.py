@@ -442,6 +442,25 @@ def test_a_damaged_checkpoint_is_named_and_the_previous_one_suggested(small_buil
                    progress=False).step == 1
 
 
+def test_a_build_without_test_examples_is_warned_of(small_build, tmp_path, capsys):
+    """A build from sources without an `evaluation` subset (ConceptARC's folders given as
+    --source-dir) trains, but every evaluation would measure nothing: say so at the start."""
+    from arc_data.build import BuildConfig, build
+    src = tmp_path / "src" / "training"
+    src.mkdir(parents=True)
+    for i in range(3):
+        grid = [[(i + r + c) % 10 for c in range(3)] for r in range(2)]
+        (src / f"t{i}.json").write_text(json.dumps({"train": [{"input": grid, "output": grid}] * 2,
+                                                     "test": [{"input": grid, "output": grid}]}))
+    data = tmp_path / "b"
+    build(BuildConfig(source_dir=str(tmp_path / "src"), num_aug=2, output_dir=str(data)), progress=False)
+    capsys.readouterr()
+    Trainer(micro_config(data, tmp_path / "run", max_steps=1), CPU, progress=False)
+    assert f"warning: {data} has an empty test split" in capsys.readouterr().err
+    Trainer(micro_config(small_build, tmp_path / "run2", max_steps=1), CPU, progress=False)
+    assert "empty test split" not in capsys.readouterr().err
+
+
 def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
     assert sorted(losses_by_step(tmp_path / "run")) == [3, 4]
