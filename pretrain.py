@@ -24,7 +24,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
-from hrm.pretrain_config import EXIT_BAD_CONFIG, PretrainConfig, exit_bad_config, format_validation_error
+from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, exit_bad_config, explain_unknown_key,
+                                 format_validation_error)
 from hrm.sweep import fresh_if_nothing_to_resume, is_multirun, sweep_record_on_rank_zero, sweep_tag
 
 EXIT_DIVERGED = 3
@@ -105,7 +106,14 @@ def check_overrides(argv: list[str]) -> None:
         mode = RunMode.MULTIRUN if args.multirun else hydra.get_mode(config_name, args.overrides) or RunMode.RUN
         hydra.compose_config(config_name, args.overrides, run_mode=mode, with_log_configuration=False)
     except (HydraException, OmegaConfBaseException) as e:
-        exit_bad_config(f"invalid config: {e}")
+        message = str(e)
+        if message.startswith("Could not override"):   # an unknown key: name the nearest known ones
+            try:
+                message = explain_unknown_key(message, hydra.compose_config(
+                    config_name, [], run_mode=RunMode.RUN, with_log_configuration=False))
+            except (HydraException, OmegaConfBaseException):
+                pass    # the config without overrides fails too: its own error comes first
+        exit_bad_config(f"invalid config: {message}")
     finally:
         GlobalHydra.instance().clear()
 

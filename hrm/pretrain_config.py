@@ -112,3 +112,29 @@ def exit_bad_config(message: str):
     if os.environ.get("RANK", "0") == "0":
         print(f"pretrain.py: {message}", file=sys.stderr, flush=True)
     sys.exit(EXIT_BAD_CONFIG)
+
+
+def explain_unknown_key(message: str, config) -> str:
+    """Hydra's "Could not override 'arch.hidden_sz'. To append to your config use +arch.hidden_sz=3",
+    with its advice (an appended key is refused here all the same: every field is known) replaced
+    by the nearest keys of `config` (a composed DictConfig), if any are close."""
+    import difflib
+    import re
+
+    from omegaconf import OmegaConf
+    found = re.match(r"Could not override '([^']+)'", message)
+    if not found:
+        return message
+    keys = []
+
+    def walk(node, prefix):
+        for key, value in node.items():
+            if prefix == "" and key == "hydra":
+                continue
+            keys.append(prefix + str(key))
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+    walk(OmegaConf.to_container(config, resolve=False), "")
+    close = difflib.get_close_matches(found[1], keys, n=3, cutoff=0.7)
+    advice = f" Did you mean {' or '.join(close)}?" if close else ""
+    return f"no such key: {found[1]!r}.{advice}"

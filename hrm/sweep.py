@@ -19,7 +19,7 @@ import tempfile
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hrm.pretrain_config import PretrainConfig, exit_bad_config, format_validation_error
+from hrm.pretrain_config import PretrainConfig, exit_bad_config, explain_unknown_key, format_validation_error
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
@@ -95,7 +95,7 @@ def job_problem(config: DictConfig, loader, job: list[str], world_size: int) -> 
     except ValidationError as e:
         return format_validation_error(e)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        return str(e)
+        return explain_unknown_key(str(e), config)
     return None
 
 
