@@ -5,6 +5,7 @@ puzzles, about 419 of the 385,812 test examples.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,12 +30,21 @@ def load_split(data_dir: Path, split: str) -> dict[str, np.ndarray]:
         path = Path(data_dir) / split / f"all__{key}.npy"
         if not path.is_file():
             raise EvaluationInputError(f"{path} not found: the build in {data_dir} is incomplete")
-        arrays[key] = NpyRows(path) if key in ("inputs", "labels") else np.load(path)
+        arrays[key] = NpyRows(path) if key in ("inputs", "labels") else load_small_array(path)
     for key in ("inputs", "labels"):
         if arrays[key].ndim != 2 or arrays[key].shape[1] != SEQ_LEN:
             raise EvaluationInputError(f"{data_dir}/{split}/all__{key}.npy has shape "
                                        f"{arrays[key].shape}, expected [examples, {SEQ_LEN}]")
     return arrays
+
+
+def load_small_array(path: Path) -> np.ndarray:
+    """np.load, with a file cut short or not a .npy at all refused by name (numpy's own messages,
+    such as "cannot reshape array of size 3 into shape (5,)", name no file)."""
+    try:
+        return np.load(path)
+    except (ValueError, EOFError, OSError) as e:
+        raise EvaluationInputError(f"{path}: not a complete .npy array ({e}); rebuild the data") from None
 
 
 class NpyRows:
@@ -46,15 +56,18 @@ class NpyRows:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            self.shape, fortran, self.dtype = read_header(f)
-            self.offset = f.tell()
+        self.shape, fortran, self.dtype, self.offset = _read_npy_header(self.path)
         if fortran or self.dtype != np.uint8:
             raise EvaluationInputError(f"{path}: expected a C-ordered uint8 array, got {self.dtype}")
         self.ndim = len(self.shape)
+        # rows are read one at a time, later: a file cut short would show up there as an empty
+        # row and a reshape error that names nothing, so its size is checked against the header now
+        expected = self.offset + int(np.prod(self.shape)) * self.dtype.itemsize
+        actual = os.path.getsize(self.path)
+        if actual != expected:
+            raise EvaluationInputError(
+                f"{path} holds {actual} bytes, but its header ({list(self.shape)} {self.dtype}) needs {expected}: "
+                f"the file is {'cut short' if actual < expected else 'longer than its array'}; rebuild the data")
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -66,6 +79,20 @@ class NpyRows:
         with open(self.path, "rb") as f:
             f.seek(self.offset + row * width)
             return np.frombuffer(f.read(width), dtype=np.uint8)
+
+
+def _read_npy_header(path: Path) -> tuple[tuple, bool, np.dtype, int]:
+    """(shape, fortran order, dtype, offset of the data) from a .npy header; a file too short to
+    hold one, or not a .npy, is refused by name."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(f)
+            return shape, fortran, dtype, f.tell()
+    except (ValueError, EOFError) as e:
+        raise EvaluationInputError(f"{path}: not a complete .npy header ({e}); rebuild the data") from None
 
 
 def decode_grid(tokens: np.ndarray) -> np.ndarray:

@@ -4,12 +4,15 @@
                                [device=auto|cpu|cuda] [compile=auto|true|false]
     torchrun --nproc-per-node 8 evaluate/predict.py checkpoint=PATH
 
-PATH is one of ours (a `step_<N>/` folder or its `model.pt`) or one written by the original HRM
-code (a raw state-dict file such as `step_414456`, with `all_config.yaml` beside it). Every row is
+PATH is one of ours (a `step_<N>/` folder or its `model.pt`; a run folder, `checkpoints/<project>/<run>`,
+stands for its latest checkpoint, chosen as `pretrain.py resume=latest` chooses it and printed) or
+one written by the original HRM code (a raw state-dict file such as `step_414456`, with
+`all_config.yaml` beside it). Every row is
 reset once and runs exactly halt_max_steps segments; the last segment's argmax tokens and q_halt
 logits are written, one `rank_<r>.npz` per rank plus `info.json` (DESIGN.md, "Predictions").
-Default output: `<run>/predictions/<step>/` beside the checkpoint. `compile` (auto: on CUDA)
-runs the segment under torch.compile, as training's evaluation does.
+Default output: `<run>/predictions/<step>/` beside the checkpoint; either output folder is checked
+before the evaluation (an existing file there, or in its path, is refused). `compile` (auto: on
+CUDA) runs the segment under torch.compile, as training's evaluation does.
 """
 from __future__ import annotations
 
@@ -22,14 +25,18 @@ if __package__ in (None, ""):
     _repo = str(Path(__file__).resolve().parents[1])
     sys.path[:] = [_repo] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from arc_data.dataset import EvalBatches, load_split  # noqa: E402
-from hrm.checkpoint import is_our_format, load_model, load_original_checkpoint  # noqa: E402
+from arc_data.manifest import build_identity  # noqa: E402
+from evaluate.errors import EvaluationInputError  # noqa: E402
+from evaluate.outputs import check_output_dir  # noqa: E402
+from hrm.checkpoint import CheckpointError, is_our_format, load_model, load_original_checkpoint  # noqa: E402
+from hrm.checkpoint import read_torch_file as read_checkpoint_file  # noqa: E402
 from hrm.distributed import check_device, init_distributed, shutdown, switch_on, uses_cuda  # noqa: E402
 from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
+from hrm.train_checkpoint import list_checkpoints, resolve_resume  # noqa: E402
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
 SWITCH = {"auto": "auto", "true": True, "false": False}
@@ -66,28 +73,54 @@ def parse_args(argv: list[str]) -> dict:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if args["batch_size"] % world_size:
         raise PredictError(f"batch_size={args['batch_size']} is not divisible by the world size {world_size}")
+    if "output_dir" in args:   # here, not when the predictions are written: that is after every batch
+        check_output_folder(Path(args["output_dir"]), "output_dir")
     return args
 
 
-def read_torch_file(path: Path):
-    """torch.load(weights_only=True), with any file torch cannot decode refused by name."""
+def check_output_folder(folder: Path, what: str, hint: str = "") -> None:
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except OSError as e:   # unreadable (permissions, a disk error), whatever it holds
-        raise PredictError(f"{path}: cannot read it ({e.strerror or e})") from None
-    except MemoryError:    # a real checkpoint too large for this machine: not a format problem
-        raise
-    except Exception as e:
-        # torch has no one error for foreign bytes: text gives KeyError, IndexError or
-        # UnpicklingError, an empty file EOFError, a truncated one RuntimeError. Its messages run
-        # to many lines: keep the first sentence, so the error stays one line
-        reason = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else "no details"
-        raise PredictError(f"{path} is not a checkpoint: torch cannot read it ({type(e).__name__}: {reason}); "
-                           f"expected {EXPECTED}") from None
+        check_output_dir(folder, what)
+    except EvaluationInputError as e:
+        raise PredictError(f"{e}{hint}") from None
+
+
+def resolve_checkpoint(checkpoint: str) -> str:
+    """A run folder (training's step_<N>/ folders and `latest`) stands for its latest checkpoint,
+    chosen as `pretrain.py resume=latest` chooses it (the step `latest` names, else the newest
+    complete one); any other path is returned as given. A folder holding no checkpoint is
+    explained here, where the generic 'no model.pt' would not say what to pass instead."""
+    path = Path(checkpoint)
+    if not path.is_dir() or (path / "model.pt").exists():
+        return checkpoint
+    if list_checkpoints(path):
+        chosen = resolve_resume("latest", path)
+        if int(os.environ.get("RANK", "0")) == 0:   # under torchrun, said once
+            print(f"checkpoint: {chosen} (the latest of the run folder {path})")
+        return str(chosen)
+    originals = sorted((p for p in path.glob("step_*") if p.is_file() and p.name[5:].isdigit()),
+                       key=lambda p: int(p.name[5:]))
+    if originals and (path / "all_config.yaml").is_file():
+        raise PredictError(f"checkpoint {checkpoint} is a run folder of the original HRM code: pass one of its "
+                           f"checkpoint files, e.g. checkpoint={originals[-1]} (the newest of {len(originals)})")
+    if (path / "latest").exists() or any(p.is_dir() for p in path.glob("step_*")):
+        raise PredictError(f"checkpoint {checkpoint} is a run folder without a complete checkpoint (a step_<N>/ "
+                           f"folder with model.pt and trainer.pt)")
+    raise PredictError(f"checkpoint {checkpoint}: a folder without model.pt (expected {EXPECTED}, or a run "
+                       f"folder of step_<N>/ checkpoints)")
+
+
+def read_torch_file(path: Path):
+    """hrm.checkpoint.read_torch_file, its refusal as this script's error."""
+    try:
+        return read_checkpoint_file(path, hint=f"; expected {EXPECTED}")
+    except CheckpointError as e:
+        raise PredictError(str(e)) from None
 
 
 def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
-    """-> (model, data_path, step, default output folder). Our format or the original HRM code's."""
+    """-> (model, data_path, step, default output folder, the identity of the build it was trained
+    on or None). Our format or the original HRM code's (which records no build)."""
     path = Path(checkpoint)
     if path.is_dir():
         path = path / "model.pt"
@@ -99,7 +132,7 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
                            f"expected {EXPECTED}")
     if is_our_format(payload):
         model, extra = load_model(str(path), payload=payload)
-        step = extra.get("step")
+        step, trained_on = extra.get("step"), extra.get("data")   # no "data" before it was recorded
         trainer_file = path.parent / "trainer.pt"
         if data_path is None and trainer_file.is_file():
             trainer = read_torch_file(trainer_file)
@@ -127,16 +160,36 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
         model = load_original_checkpoint(str(path), str(config_file), seq_len=seq_len, raw=payload)
         step = int(path.name.split("_")[-1]) if path.name.split("_")[-1].isdigit() else None
         out = path.parent / "predictions" / path.name
+        trained_on = None
     if data_path is None:
         raise PredictError(f"{checkpoint}: no data_path recorded with it; pass data_path=DIR")
-    return model, data_path, step, out
+    return model, data_path, step, out, trained_on
+
+
+def check_same_build(trained_on: dict | None, data_path: str, checkpoint: str) -> None:
+    """The puzzle-embedding rows belong to the puzzles of the build the model was trained on; a build
+    with another --seed or --listing-order has the same size but other puzzle names. Our
+    checkpoints record that build (arc_data.manifest.build_identity); refuse another."""
+    if trained_on is None:
+        return
+    here = build_identity(data_path)["identifiers_sha256"]
+    if here != trained_on["identifiers_sha256"]:
+        raise PredictError(f"data_path={data_path} is not the build {checkpoint} was trained on: its puzzle names "
+                           f"differ (identifiers.json sha256 {here[:12]}..., the training build's "
+                           f"{trained_on['identifiers_sha256'][:12]}...), so every puzzle-embedding row would "
+                           f"belong to another puzzle; pass the training build as data_path")
 
 
 def main(argv=None) -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
-        model, data_path, step, out = load_checkpoint_for_eval(args["checkpoint"], args.get("data_path"))
+        args["checkpoint"] = resolve_checkpoint(args["checkpoint"])
+        model, data_path, step, out, trained_on = load_checkpoint_for_eval(args["checkpoint"], args.get("data_path"))
+        out_dir = Path(args.get("output_dir") or out)
+        if "output_dir" not in args:   # the default, known only now: still before the evaluation
+            check_output_folder(out_dir, "the predictions folder", hint="; pass output_dir=DIR for another")
         test = load_split(data_path, "test")
+        check_same_build(trained_on, data_path, args["checkpoint"])
     except (PredictError, ValueError, FileNotFoundError) as e:
         print(f"predict.py: error: {e}", file=sys.stderr)
         return 2
@@ -163,7 +216,6 @@ def main(argv=None) -> int:
         compile_segment = switch_on(args["compile"], auto=info.device.type == "cuda")
         metrics, arrays = evaluate(ACTLossHead(model), batches, info, progress=True,
                                    segment=compiled_segment(model) if compile_segment else None)
-        out_dir = Path(args.get("output_dir") or out)
         write_predictions(out_dir, arrays, info, data_path=data_path, step=step, checkpoint=str(args["checkpoint"]))
         if info.is_main:
             shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "count")

@@ -8,7 +8,8 @@ With --votes (the --json of vote.py), test inputs show the best-ranked answers a
 --best/--worst pick the tasks with the largest/smallest vote margin ((votes for the right answer -
 votes for the best wrong one) / votes, of the task's worst test input). HTML: one self-contained
 page with every chosen task; PNG: one picture per task. The build defaults to the one the votes
-were counted on.
+were counted on. --out is checked before anything is drawn, and each file is written whole or not
+at all.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ import json  # noqa: E402
 
 from evaluate.errors import EvaluationInputError  # noqa: E402
 from evaluate.pictures import html_page, task_sheet  # noqa: E402
-from evaluate.png import write_png  # noqa: E402
+from evaluate.outputs import check_output_dir, quiet_on_broken_pipe, write_atomic  # noqa: E402
+from evaluate.png import encode_png  # noqa: E402
 from evaluate.task_view import BuildTasks, add_votes, by_margin  # noqa: E402
 from evaluate.vote import count  # noqa: E402
 
@@ -56,10 +58,42 @@ def choose_tasks(args, results: dict | None) -> list[str]:
     return list(dict.fromkeys(names))          # in order, each once
 
 
+def read_votes(path: Path) -> dict:
+    """The --json output of vote.py, its file named in every refusal (json's own messages, such
+    as "Expecting value: line 2 column 1", name none)."""
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise EvaluationInputError(f"{path}: cannot read it ({e.strerror or e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise EvaluationInputError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(results, dict) or "tasks" not in results or "meta" not in results:
+        held = f"a {type(results).__name__}" if not isinstance(results, dict) else "an object"
+        raise EvaluationInputError(f"{path} is not the --json output of vote.py (it holds {held}, "
+                                   f"not an object with tasks and meta)")
+    for key in ("tasks", "meta"):
+        if not isinstance(results[key], dict):
+            raise EvaluationInputError(f"{path} is not the --json output of vote.py (its {key} is a "
+                                       f"{type(results[key]).__name__}, not an object)")
+    return results
+
+
+def draw(args, views: list, data) -> list[Path]:
+    """Write the pictures; returns their paths."""
+    written = []
+    if args.format in ("html", "both"):
+        stem = views[0].name if len(views) == 1 else "tasks"
+        written.append(write_atomic(args.out / f"{stem}.html", html_page(views, f"{len(views)} task(s) of {data}")))
+    if args.format in ("png", "both"):
+        written += [write_atomic(args.out / f"{view.name}.png", encode_png(task_sheet(view)[0])) for view in views]
+    return written
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        results = json.loads(args.votes.read_text()) if args.votes else None
+        check_output_dir(args.out, "--out")
+        results = read_votes(args.votes) if args.votes else None
         data = args.data or (Path(results["meta"]["data"]) if results else None)
         if data is None:
             raise EvaluationInputError("--data is required without --votes")
@@ -70,6 +104,7 @@ def main(argv=None) -> int:
             if results is not None and name in results["tasks"]:
                 add_votes(view, results["tasks"][name], args.top)
             views.append(view)
+        written = draw(args, views, data)
     except KeyError as e:
         print(f"render.py: error: {args.votes} is not the --json output of vote.py (no {e} in it)",
               file=sys.stderr)
@@ -77,19 +112,10 @@ def main(argv=None) -> int:
     except (EvaluationInputError, OSError, ValueError) as e:
         print(f"render.py: error: {e}", file=sys.stderr)
         return 2
-    written = []
-    if args.format in ("html", "both"):
-        stem = views[0].name if len(views) == 1 else "tasks"
-        path = args.out / f"{stem}.html"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(html_page(views, f"{len(views)} task(s) of {data}"))
-        written.append(path)
-    if args.format in ("png", "both"):
-        written += [write_png(args.out / f"{view.name}.png", task_sheet(view)[0]) for view in views]
     for path in written:
         print(path)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(quiet_on_broken_pipe(main))

@@ -4,7 +4,10 @@
                             [--json FILE] [--submission FILE] [--top N] [--checkpoints DIR]
 
 Without --predictions: the newest checkpoints/<project>/<run>/predictions/step_*/ (by the mtime of
-its info.json); without --data: the build recorded in that info.json.
+its info.json); without --data: the build recorded in that info.json. --json and --submission are
+checked before the vote (not a directory; their folder exists or can be created) and each is
+written whole or not at all. Exit status: 0, 2 for inputs that cannot be voted on, 141 when the
+reader of stdout stops early (`| head`).
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import json  # noqa: E402
 
 from evaluate.build_reader import load_test_split  # noqa: E402
 from evaluate.errors import EvaluationInputError  # noqa: E402
+from evaluate.outputs import check_output_file, quiet_on_broken_pipe, write_atomic  # noqa: E402
 from evaluate.predictions import resolve_predictions  # noqa: E402
 from evaluate.report import build_report, format_table  # noqa: E402
 from evaluate.scoring import DEFAULT_K, pair_stats, pass_at_k  # noqa: E402
@@ -61,10 +65,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before the vote, so that a bad output path costs no work and leaves no file half-written."""
+    outputs = [(option, path) for option, path in (("--json", args.json), ("--submission", args.submission)) if path]
+    for option, path in outputs:
+        check_output_file(path, option)
+    if len(outputs) == 2 and args.json.resolve() == args.submission.resolve():
+        raise EvaluationInputError(f"--json {args.json} and --submission {args.submission} are the same file")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     ks = sorted(set(args.K))
     try:
+        check_outputs(args)
         predictions = resolve_predictions(args.predictions, args.checkpoints)
         data = args.data or (predictions.info or {}).get("data_path")
         if not data:
@@ -80,16 +94,16 @@ def main(argv=None) -> int:
             "data": str(data), "step": (predictions.info or {}).get("step")}
     report = build_report(votes, stats, pass_at_k(stats, split.task_pair_start, ks), args.top, meta)
     print(format_table(report))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report))
-        print(f"results: {args.json}")
-    if args.submission:
-        args.submission.parent.mkdir(parents=True, exist_ok=True)
-        args.submission.write_text(json.dumps(build_submission(votes)))
-        print(f"submission: {args.submission}")
+    try:
+        if args.json:
+            print(f"results: {write_atomic(args.json, json.dumps(report))}")
+        if args.submission:
+            print(f"submission: {write_atomic(args.submission, json.dumps(build_submission(votes)))}")
+    except EvaluationInputError as e:     # checked above, so only what the disk can still do: full, gone
+        print(f"vote.py: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(quiet_on_broken_pipe(main))

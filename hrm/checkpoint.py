@@ -52,16 +52,15 @@ def read_torch_file(path, hint: str = ""):
     except MemoryError:    # a real checkpoint too large for this machine: not a format problem
         raise
     except OSError as e:
-        # torch reports a truncated zip as OSError(EINVAL) too: say both
-        raise CheckpointError(f"{path}: cannot read it ({e.strerror or e}): unreadable, truncated or "
-                              f"corrupt{hint}") from None
+        # unreadable (permissions, a disk error); torch also says EINVAL for some truncated files
+        raise CheckpointError(f"{path}: cannot read it ({e.strerror or e}; is it truncated?){hint}") from None
     except Exception as e:
         # torch has no one error for foreign bytes: text gives KeyError, IndexError or
         # UnpicklingError, an empty file EOFError, a truncated one RuntimeError. Its messages run
         # to many lines: keep the first sentence
         reason = str(e).strip().splitlines()[0].split(". ")[0] if str(e).strip() else "no details"
-        raise CheckpointError(f"{path}: torch cannot read it ({type(e).__name__}: {reason}): truncated, "
-                              f"corrupt or not a checkpoint{hint}") from None
+        raise CheckpointError(f"{path} is not a checkpoint: torch cannot read it ({type(e).__name__}: {reason}; "
+                              f"truncated or corrupt?){hint}") from None
 
 
 # ------------------------------------------------------------------------------------ our format

@@ -230,6 +230,27 @@ def test_a_relative_data_path_of_training_is_found_from_another_directory(small_
     assert info["data_path"] == str(small_build.resolve())
 
 
+def test_a_build_other_than_the_training_one_is_refused(small_build, tmp_path, capsys):
+    """Another --seed gives a build of the same size (the row-count check passes) with other puzzle
+    names: our checkpoints record the training build, so predict.py refuses it by name."""
+    from arc_data.build import BuildConfig, build
+    from hrm.distributed import DistInfo
+    from hrm.train import Trainer
+    from tests.test_train import micro_config
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, eval_save_predictions=False),
+            DistInfo(0, 1, 0, torch.device("cpu")), progress=False).fit()
+    other = tmp_path / "seed43"
+    build(BuildConfig(num_aug=4, limit_tasks=8, seed=43, output_dir=str(other)), progress=False)
+    assert (json.loads((other / "test" / "dataset.json").read_text())["num_puzzle_identifiers"]
+            == json.loads((small_build / "test" / "dataset.json").read_text())["num_puzzle_identifiers"])
+    step = tmp_path / "run" / "step_1"
+    assert predict.main([f"checkpoint={step}", f"data_path={other}", "batch_size=16"]) == 2
+    err = one_line_error(capsys)
+    assert f"data_path={other} is not the build {step} was trained on: its puzzle names differ" in err
+    assert not (tmp_path / "run" / "predictions").exists()
+    assert predict.main([f"checkpoint={step}", f"data_path={small_build}", "batch_size=16"]) == 0
+
+
 def test_compiled_segment_evaluation_is_one_graph_and_matches_eager(small_build, tmp_path, monkeypatch):
     """predict.py compile=true (what training's evaluation does under compile): every batch, the
     padded last one included, and every segment reuse one graph (first segment's start states too),
@@ -274,3 +295,77 @@ def test_predict_refuses_bad_compile_and_batch_size_before_loading(tmp_path, mon
     assert "batch_size=16 is not divisible by the world size 3" in capsys.readouterr().err
     assert predict.main([f"checkpoint={missing}", "device=cpu"]) == 2   # the CPU default, 32
     assert "batch_size=32 is not divisible by the world size 3" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ output folder
+@pytest.mark.parametrize("below, message", [("", "exists and is not a directory"),
+                                            ("deeper/still", "is in its path and is not a directory")])
+def test_an_output_dir_blocked_by_a_file_is_refused_before_loading(below, message, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    target = afile / below if below else afile
+    missing = tmp_path / "no-such-checkpoint"     # never read: output_dir is refused first
+    assert predict.main([f"checkpoint={missing}", f"output_dir={target}"]) == 2
+    err = one_line_error(capsys)
+    assert err.startswith(f"predict.py: error: output_dir {target}") and message in err, err
+    assert afile.read_text() == "x"
+
+
+def test_a_default_output_folder_blocked_by_a_file_is_refused_before_evaluating(small_build, tmp_path,
+                                                                                monkeypatch, capsys):
+    original = write_original_run(small_build, tmp_path / "orig")
+    (tmp_path / "orig" / "predictions").write_text("x")       # where <run>/predictions/step_1234 would go
+    monkeypatch.setattr(predict, "evaluate", lambda *a, **k: pytest.fail("evaluated before the check"))
+    assert predict.main([f"checkpoint={original}"]) == 2
+    err = one_line_error(capsys)
+    assert f"{tmp_path / 'orig' / 'predictions'} is in its path and is not a directory" in err
+    assert "output_dir=DIR" in err
+
+
+# ------------------------------------------------------------------------------ run folders
+def write_run_folder(small_build, tmp_path, steps=(3, 7), latest="step_7") -> Path:
+    """A training run's folder as hrm.train_checkpoint lays it out: step_<N>/{model,trainer}.pt, latest."""
+    model = load_original_checkpoint(str(write_original_run(small_build, tmp_path / "orig")), seq_len=900)
+    run = tmp_path / "checkpoints" / "proj" / "run"
+    for step in steps:
+        save_model(str(run / f"step_{step}" / "model.pt"), model, extra={"step": step})
+        torch.save({"format": "hrm-deeploop/train-v1", "step": step, "config": {"data_path": str(small_build)}},
+                   run / f"step_{step}" / "trainer.pt")
+    if latest:
+        (run / "latest").write_text(latest)
+    return run
+
+
+def test_a_run_folder_stands_for_its_latest_checkpoint(small_build, tmp_path, capsys):
+    run = write_run_folder(small_build, tmp_path)
+    assert predict.main([f"checkpoint={run}", "batch_size=16"]) == 0
+    assert f"checkpoint: {run / 'step_7'} (the latest of the run folder {run})" in capsys.readouterr().out
+    info = json.loads((run / "predictions" / "step_7" / "info.json").read_text())
+    assert info["step"] == 7 and info["checkpoint"] == str(run / "step_7")
+
+
+def test_a_run_folder_is_resolved_as_resume_latest_resolves_it(small_build, tmp_path):
+    run = write_run_folder(small_build, tmp_path, latest="step_3")
+    assert predict.resolve_checkpoint(str(run)) == str(run / "step_3")          # `latest` is followed
+    (run / "latest").unlink()
+    assert predict.resolve_checkpoint(str(run)) == str(run / "step_7")          # else the newest complete one
+    (run / "step_7" / "trainer.pt").unlink()                                    # step_7 incomplete
+    assert predict.resolve_checkpoint(str(run)) == str(run / "step_3")
+    assert predict.resolve_checkpoint(str(run / "step_7")) == str(run / "step_7")   # a step folder: as given
+
+
+def test_folders_without_a_checkpoint_are_explained(small_build, tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "step_5").mkdir(parents=True)              # a run killed before its first checkpoint
+    (run / "latest").write_text("step_5")
+    assert predict.main([f"checkpoint={run}"]) == 2
+    assert (f"checkpoint {run} is a run folder without a complete checkpoint (a step_<N>/ folder with "
+            f"model.pt and trainer.pt)") in one_line_error(capsys)
+    original = write_original_run(small_build, tmp_path / "orig")
+    torch.save({}, tmp_path / "orig" / "step_99")
+    assert predict.main([f"checkpoint={tmp_path / 'orig'}"]) == 2      # the original code's run folder
+    err = one_line_error(capsys)
+    assert f"checkpoint={original}" in err and "(the newest of 2)" in err, err
+    (tmp_path / "empty").mkdir()
+    assert predict.main([f"checkpoint={tmp_path / 'empty'}"]) == 2
+    assert f"checkpoint {tmp_path / 'empty'}: a folder without model.pt" in one_line_error(capsys)

@@ -151,3 +151,55 @@ def test_render_errors_are_one_line(voted, tmp_path, capsys):
     assert "no puzzle named 'no_such_task'" in capsys.readouterr().err
     assert render(["--data", str(build), "--worst", "3", "--out", str(tmp_path)]) == 2
     assert "--best/--worst need --votes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{\n", "not valid JSON (Expecting property name"),
+    ("[1, 2]\n", "is not the --json output of vote.py (it holds a list, not an object with tasks and meta)"),
+    ('{"tasks": {}, "meta": []}\n', "is not the --json output of vote.py (its meta is a list"),
+])
+def test_votes_that_are_not_vote_results_are_named(text, message, voted, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    assert render(["--votes", str(bad), "--worst", "1", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"render.py: error: {bad}") and message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_votes_that_cannot_be_read_are_named(tmp_path, capsys):
+    assert render(["--votes", str(tmp_path), "--worst", "1"]) == 2        # a folder
+    err = capsys.readouterr().err
+    assert err.startswith(f"render.py: error: {tmp_path}: cannot read it (") and err.count("\n") == 1, err
+
+
+def test_a_truncated_build_array_is_named(voted, tmp_path, capsys):
+    build, _ = voted
+    path = build / "train" / "all__labels.npy"
+    size = path.stat().st_size
+    path.write_bytes(path.read_bytes()[:size - 900])
+    assert render(["--data", str(build), "--task", "task_one", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (f"render.py: error: {path} holds {size - 900} bytes, but its header "
+                                       f"([{(size - 128) // 900}, 900] uint8) needs {size}: the file is cut "
+                                       f"short; rebuild the data\n")
+
+
+def test_an_output_folder_that_is_a_file_is_refused_without_traceback(voted, tmp_path, capsys):
+    build, _ = voted
+    (tmp_path / "afile").write_text("x")
+    for out in ("afile", "afile/deeper"):
+        assert render(["--data", str(build), "--task", "task_one", "--out", str(tmp_path / out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"render.py: error: --out {tmp_path / out}") and "not a directory" in err, err
+
+
+def test_renders_folder_is_ignored_by_git():
+    """render.py's default output folder stays out of commits."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (repo / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", "-q", "renders/tasks.html"], cwd=repo)
+    assert ignored.returncode == 0

@@ -127,3 +127,96 @@ def test_vote_script_names_a_corrupt_info_json_without_traceback(workdir):
     out = run_vote(workdir, "--data", str(workdir / "data" / "arc-tiny"))
     assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == ""
     assert out.stderr.startswith(f"vote.py: error: {info.relative_to(workdir)}: not valid JSON")
+
+
+# ------------------------------------------------------------------------------ damaged builds
+def cut_short(path: Path, size: int) -> int:
+    """Keep the first ``size`` bytes of a file (a copy or download cut short); returns its old size."""
+    data = path.read_bytes()
+    path.write_bytes(data[:size])
+    return len(data)
+
+
+@pytest.mark.parametrize("name, keep", [("all__inputs.npy", lambda size: size // 2),   # rows missing
+                                        ("all__labels.npy", lambda size: size - 1),
+                                        ("all__inputs.npy", lambda size: 60),          # inside the header
+                                        ("all__puzzle_indices.npy", lambda size: size - 4)])
+def test_a_truncated_build_array_is_named_without_traceback(workdir, name, keep):
+    build = workdir / "data" / "arc-tiny"
+    path = build / "test" / name
+    size = cut_short(path, keep(path.stat().st_size))
+    out = run_vote(workdir, "--predictions", str(workdir / "checkpoints/proj/run/predictions/step_2"),
+                   "--data", str(build), "--K", "2")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
+    assert out.stderr.startswith(f"vote.py: error: {path}") and out.stderr.count("\n") == 1, out.stderr
+    if name.endswith("inputs.npy") and keep(size) > 128:    # past the header: both sizes are given
+        assert f"holds {keep(size)} bytes" in out.stderr and f"needs {size}" in out.stderr
+
+
+def test_npy_rows_refuses_a_file_longer_than_its_header_says(workdir):
+    from evaluate.build_reader import NpyRows
+    from evaluate.errors import EvaluationInputError
+    path = workdir / "data" / "arc-tiny" / "test" / "all__inputs.npy"
+    size = path.stat().st_size
+    path.write_bytes(path.read_bytes() + b"\0" * 900)       # one row more than the header counts
+    with pytest.raises(EvaluationInputError, match=rf"{path} holds {size + 900} bytes, .* needs {size}"):
+        NpyRows(path)
+
+
+# ------------------------------------------------------------------------------ output files
+def predictions_args(workdir):
+    return ["--predictions", str(workdir / "checkpoints/proj/run/predictions/step_2"),
+            "--data", str(workdir / "data" / "arc-tiny"), "--K", "1"]
+
+
+def test_a_folder_given_as_output_file_is_refused_before_voting(workdir):
+    (workdir / "taken").mkdir()
+    out = run_vote(workdir, *predictions_args(workdir), "--json", "taken")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
+    assert out.stderr == "vote.py: error: --json taken is a directory; give a file name\n"
+    # the second output bad: the first is not written either
+    out = run_vote(workdir, *predictions_args(workdir), "--json", "ok.json", "--submission", "taken")
+    assert out.returncode == 2 and "--submission taken is a directory" in out.stderr and out.stdout == ""
+    assert not (workdir / "ok.json").exists()
+
+
+def test_an_output_under_a_file_is_refused_before_voting(workdir):
+    (workdir / "afile").write_text("x")
+    out = run_vote(workdir, *predictions_args(workdir), "--submission", "afile/deeper/sub.json")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
+    assert out.stderr == ("vote.py: error: --submission afile/deeper/sub.json: afile is in its path and is not "
+                          "a directory\n")
+
+
+def test_json_and_submission_cannot_be_one_file(workdir):
+    out = run_vote(workdir, *predictions_args(workdir), "--json", "same.json", "--submission", "./same.json")
+    assert out.returncode == 2 and "are the same file" in out.stderr and out.stdout == ""
+
+
+def test_outputs_are_written_whole_or_not_at_all(workdir, monkeypatch, capsys):
+    import evaluate.outputs
+    from evaluate.vote import main
+    results = workdir / "new" / "folder" / "results.json"       # missing folders are created
+    assert main([*predictions_args(workdir), "--json", str(results)]) == 0
+    assert json.loads(results.read_text())["meta"]["step"] == 2
+    assert os.listdir(results.parent) == ["results.json"]        # no temporary file left behind
+    capsys.readouterr()
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(evaluate.outputs.os, "replace", full_disk)
+    results.write_text("the previous results")
+    assert main([*predictions_args(workdir), "--json", str(results)]) == 2
+    assert capsys.readouterr().err == f"vote.py: error: cannot write {results}: No space left on device\n"
+    assert results.read_text() == "the previous results" and os.listdir(results.parent) == ["results.json"]
+
+
+def test_a_reader_that_stops_early_ends_the_script_quietly(workdir):
+    """`vote.py ... | head -1`: the reader is gone before the table is written (deterministic here:
+    the pipe is closed before the script gets to write)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen([sys.executable, str(REPO / "evaluate" / "vote.py"), *predictions_args(workdir)],
+                            cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and err == ""
