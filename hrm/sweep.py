@@ -81,22 +81,37 @@ def sweep_jobs(config: DictConfig, loader) -> tuple[list[list[str]], set[str]] |
     return BasicSweeper.split_arguments(overrides, None)[0], swept
 
 
-def job_problem(config: DictConfig, loader, job: list[str], world_size: int) -> str | None:
-    """What is wrong with one job's config, composed as Hydra's launcher will compose it, or None."""
+def config_problem(compose, world_size: int = 1, known: DictConfig | None = None) -> str | None:
+    """What pretrain.py would refuse in the config `compose()` returns (Hydra's composition, then
+    the validated fields and the world size), or None. An unknown key is compared with the keys of
+    `known` for a suggestion. Shared by the sweep check and scripts/p_sweep.py."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     from pydantic import ValidationError
     try:
-        job_config = loader.load_sweep_config(config, list(job))
-        with open_dict(job_config):
-            del job_config["hydra"]
-        checked = PretrainConfig(**OmegaConf.to_container(job_config, resolve=True))
-        checked.check_world_size(world_size)
+        composed = compose()
+        with open_dict(composed):
+            composed.pop("hydra", None)     # Hydra's own settings: resolved only while it runs a job
+        PretrainConfig(**OmegaConf.to_container(composed, resolve=True)).check_world_size(world_size)
     except ValidationError as e:
         return format_validation_error(e)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        return explain_unknown_key(str(e), config)
+        return explain_unknown_key(str(e), known) if known is not None else str(e)
     return None
+
+
+def tell_problems(by_problem: dict[str, list[str]], total: int, noun: str, named: int = 5) -> list[str]:
+    """Each problem once, after whom it concerns: `every <noun>` when all `total` share it, else
+    the first `named` of them and how many more."""
+    lines = []
+    for problem, who in by_problem.items():
+        if len(who) == total:
+            lines.append(f"every {noun}:")
+        else:
+            more = f" and {len(who) - named} more" if len(who) > named else ""
+            lines.append(f"{noun} " + ", ".join(who[:named]) + more + ":")
+        lines.extend("  " + line for line in problem.splitlines())
+    return lines
 
 
 def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> PretrainConfig:
@@ -130,14 +145,12 @@ class CheckEveryJob(Callback):
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         by_problem: dict[str, list[str]] = {}   # the same mistake in every job is told once
         for i, job in enumerate(jobs):
-            problem = job_problem(config, loader, job, world_size)
+            # composed as Hydra's launcher will compose the job
+            problem = config_problem(lambda: loader.load_sweep_config(config, list(job)), world_size, known=config)
             if problem:
                 values = " ".join(o for o in job if o.split("=", 1)[0] in swept)
                 by_problem.setdefault(problem, []).append(f"#{i} ({values})")
         if by_problem:
             bad = sum(len(v) for v in by_problem.values())
-            lines = [f"invalid sweep: {bad} of its {len(jobs)} jobs cannot run; none was started"]
-            for problem, named in by_problem.items():
-                lines.append(("every job" if len(named) == len(jobs) else "job " + ", ".join(named)) + ":")
-                lines.extend("  " + line for line in problem.splitlines())
-            exit_bad_config("\n".join(lines))
+            exit_bad_config("\n".join([f"invalid sweep: {bad} of its {len(jobs)} jobs cannot run; none was started",
+                                       *tell_problems(by_problem, len(jobs), "job")]))

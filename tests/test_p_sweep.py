@@ -5,6 +5,7 @@ import argparse
 import csv
 import json
 import math
+import shutil
 import struct
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from evaluate.png import decode_png, read_png
 from scripts import p_sweep
 from scripts.p_sweep import CSV_COLUMNS, Cell, command_signature, make_grid, parse_loops
 from scripts.run_status import unigram_floor
-from scripts.sweep_plot import HEADER, FOOTER, PANEL_H, PANEL_W, SEED_COLOURS, figure6_png
+from scripts.sweep_plot import (HEADER, FOOTER, PANEL_H, PANEL_W, SEED_COLOURS, figure6_png, legend_groups,
+                                legend_height, place_legend)
 
 # a micro model (as tests/conftest.py's MICRO_ARCH) so a run costs seconds
 MICRO = ["arch.hidden_size=32", "arch.puzzle_emb_ndim=32", "arch.expansion=2", "arch.halt_max_steps=2"]
@@ -148,8 +150,11 @@ def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp
     assert float(rows[0]["alpha"]) == pytest.approx(6 ** 0.3, rel=1e-5)   # N = 3 for 1+1 layers, C_L = 2
     assert float(rows[1]["beta"]) == pytest.approx(24 ** -0.5, rel=1e-5)
     data = out.with_suffix(".png").read_bytes()
-    assert png_size(data) == (PANEL_W, HEADER + PANEL_H + FOOTER)
-    assert decode_png(data).shape == (HEADER + PANEL_H + FOOTER, PANEL_W, 3)
+    # one panel: the legend wraps onto a third line to fit its width
+    height = HEADER + PANEL_H + legend_height(place_legend(legend_groups([0], p_sweep.DEFAULT_MARGIN), PANEL_W))
+    assert height == HEADER + PANEL_H + FOOTER + 24
+    assert png_size(data) == (PANEL_W, height)
+    assert decode_png(data).shape == (height, PANEL_W, 3)
     md = out.with_suffix(".md").read_text()
     assert "digest `" in md and "p_sweep.py --data" in md and "| 0.3 | 0 |" in md
 
@@ -160,3 +165,136 @@ def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp
     assert "2 finished cell(s) kept, 0 to run" in capsys.readouterr().out
     assert [p.stat().st_mtime_ns for p in logs] == stamps
     np.testing.assert_array_equal(read_png(out.with_suffix(".png")), decode_png(data))
+
+
+# ------------------------------------------------------------ repeated values, folders, bad configs
+def test_repeated_values_make_one_cell_and_a_note():
+    # hrm_tiny has H_cycles 2: --loops 3 is 2x3
+    args = p_sweep.parse_args(["--p", "0.4", "0.4000001", "0.5", "--seeds", "0", "0", "--loops", "3", "2x3", "4"])
+    assert args.loop_pairs == [(2, 3), (2, 4)] and args.p == [0.4, 0.5] and args.seeds == [0]
+    assert "note: --loops 3 and 2x3 are both 2x3: each runs once" in args.notes
+    assert any(n.startswith("note: --p 0.4 and 0.4000001 are both 0.4") for n in args.notes)
+    assert any(n.startswith("note: --seeds 0 and 0 are both 0") for n in args.notes)
+    assert p_sweep.parse_args(["--loops", "2", "4"]).notes == []
+    cells = make_grid([0.4, 0.4000001], [0], [1e-3], [(2, 3), (2, 3)])   # make_grid alone merges them too
+    assert cells == [Cell(0.4, 0, 1e-3, 2, 3)]
+
+
+def test_distinct_cells_get_distinct_folders_and_commands(tmp_path):
+    # folders of values with at most 3 decimals keep their names, so earlier sweeps still resume
+    assert Cell(0.3, 0, 1e-3, 2, 2).folder == "lr0.001_loops2x2/p0.300_seed0"
+    assert Cell(0.45, 1, 1e-2, 2, 4).folder == "lr0.01_loops2x4/p0.450_seed1"
+    assert Cell(0.4004, 0, 1e-3, 2, 2).folder == "lr0.001_loops2x2/p0.4004_seed0"
+    args = p_sweep.parse_args(["--steps", "5"])
+    for a, b in ((Cell(0.4, 0, 1e-3, 2, 2), Cell(0.4004, 0, 1e-3, 2, 2)),
+                 (Cell(1.234567, 0, 1e-3, 2, 2), Cell(1.234568, 0, 1e-3, 2, 2)),   # `:g` writes both 1.23457
+                 (Cell(0.4, 0, 1e-3, 2, 2), Cell(0.4, 0, 1.0000001e-3, 2, 2))):
+        assert a.folder != b.folder
+        run = tmp_path / "run"
+        assert command_signature(p_sweep.train_command(a, args, tmp_path, run)) != \
+            command_signature(p_sweep.train_command(b, args, tmp_path, run))
+    assert "arch.scaling.p=0.3" in p_sweep.train_command(Cell(0.3, 0, 1e-3, 2, 2), args, tmp_path, tmp_path)
+    assert p_sweep.folder_clash(make_grid([0.4, 0.4004, 1.234567, 1.234568], [0, 1], [1e-3, 1.0000001e-3],
+                                          [(2, 2)])) is None
+
+
+def test_non_finite_p_and_bad_lr_are_refused():
+    for argv in (["--p", "nan"], ["--p", "0.3", "inf"], ["--lr", "0"], ["--lr", "nan"]):
+        with pytest.raises(SystemExit) as e:
+            p_sweep.parse_args(argv)
+        assert e.value.code == 2
+
+
+def fake_run_cell(calls: list):
+    """run_cell without training: the folder wiped and a 3-step log written, as a real run would."""
+    def run(cell, args, build, digest, work, gpu=None):
+        calls.append(cell)
+        cell_dir = work / cell.folder
+        if cell_dir.exists():
+            shutil.rmtree(cell_dir)
+        (cell_dir / "run").mkdir(parents=True)
+        lines = [{"step": 0, "scaling/L/alpha": 2.0, "scaling/L/beta": 0.5}]
+        lines += [{"step": i + 1, "train/lm_loss": 1.0} for i in range(3)]
+        (cell_dir / "run" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        return {"signature": "fake", "digest": digest, "exit_code": 0, "seconds": 0.0, "gpu": gpu}
+    return run
+
+
+def _read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_repeated_cell_runs_once(small_build, tmp_path, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(p_sweep, "run_cell", fake_run_cell(calls))
+    out = tmp_path / "sweep"
+    argv = ["--data", str(small_build), "--p", "0.4", "--loops", "3", "2x3", "--seeds", "0", "--steps", "3",
+            "--jobs", "2", "--gpus", "none", "--work", str(tmp_path / "work"), "--out", str(out)]
+    assert p_sweep.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "note: --loops 3 and 2x3 are both 2x3" in printed and "[1/1] p=0.4 seed=0" in printed
+    assert calls == [Cell(0.4, 0, 1e-3, 2, 3)]
+    assert [(r["p"], r["loops"]) for r in _read_csv(out.with_suffix(".csv"))] == [("0.4", "2x3")]
+
+
+def test_cells_whose_p_differ_past_3_decimals_keep_apart(small_build, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(p_sweep, "run_cell", fake_run_cell(calls))
+    work, out = tmp_path / "work", tmp_path / "sweep"
+    argv = ["--data", str(small_build), "--p", "0.4", "0.4004", "--seeds", "0", "--steps", "3", "--jobs", "2",
+            "--gpus", "none", "--work", str(work), "--out", str(out)]
+    assert p_sweep.main(argv) == 0
+    assert sorted(p.parent.parent.name for p in work.rglob("log.jsonl")) == ["p0.4004_seed0", "p0.400_seed0"]
+    assert sorted(r["p"] for r in _read_csv(out.with_suffix(".csv"))) == ["0.4", "0.4004"]
+
+
+def test_cells_that_would_share_a_folder_are_refused(small_build, tmp_path, monkeypatch, capsys):
+    # the folder name of old (3 decimals for every p): the guard must stop the sweep before any run
+    monkeypatch.setattr(Cell, "folder", property(lambda c: f"lr{c.lr:g}_loops{c.loops}/p{c.p:.3f}_seed{c.seed}"))
+    calls = []
+    monkeypatch.setattr(p_sweep, "run_cell", fake_run_cell(calls))
+    argv = ["--data", str(small_build), "--p", "0.4", "0.4004", "--seeds", "0", "--steps", "3",
+            "--gpus", "none", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "sweep")]
+    assert p_sweep.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cells p=0.4 seed=0 lr=0.001 loops=2x2 and p=0.4004 seed=0 lr=0.001 loops=2x2" in err
+    assert "lr0.001_loops2x2/p0.400_seed0" in err and not calls
+
+
+@pytest.mark.parametrize("override, reason", [("arch.hidden_sz=3", "no such key: 'arch.hidden_sz'. Did you mean arch.hidden_size?"),
+                                              ("arch.hidden_size=3", "not divisible by num_heads")])
+def test_a_bad_override_is_refused_with_its_reason_before_any_cell(small_build, tmp_path, override, reason, capsys):
+    work = tmp_path / "work"
+    argv = ["--data", str(small_build), "--p", "0.4", "0.5", "--seeds", "0", "--steps", "3", "--gpus", "none",
+            "--work", str(work), "--out", str(tmp_path / "sweep"), "--set", override]
+    assert p_sweep.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "refuse the config of 2 of the 2 cells" in err and "every cell:" in err and reason in err
+    assert not list(work.rglob("train.log"))
+
+
+def test_a_cell_that_fails_shows_why(small_build, tmp_path, monkeypatch, capsys):
+    # a run that passes the config check and then fails: its last lines come with its progress line
+    fail = [p_sweep.PYTHON, "-c",
+            "import sys; print('loading'); print('pretrain.py: error: no room', file=sys.stderr); sys.exit(1)"]
+    monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
+    monkeypatch.setattr(p_sweep, "train_command", lambda *a: fail)
+    argv = ["--data", str(small_build), "--p", "0.4", "--seeds", "0", "--steps", "3", "--gpus", "none",
+            "--work", str(tmp_path / "work"), "--out", str(tmp_path / "sweep")]
+    assert p_sweep.main(argv) == 1
+    printed = capsys.readouterr().out
+    assert "error, final loss nan" in printed
+    assert "    loading\n    pretrain.py: error: no room\n    (log: " in printed
+
+
+def test_failure_reason_is_the_last_lines_trimmed(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("$ python pretrain.py ...\n\nTraceback (most recent call last):\n  File x\n"
+                   + "ValueError: " + "v" * 300 + "\n\n")
+    reason = p_sweep.failure_reason(log)
+    assert reason[:2] == ["Traceback (most recent call last):", "  File x"]
+    assert reason[2].startswith("ValueError: vvv") and reason[2].endswith("...") and len(reason[2]) == 200
+    log.write_text("$ python pretrain.py ...\n")
+    assert p_sweep.failure_reason(log) == []
+    assert p_sweep.failure_reason(tmp_path / "absent.log") == ["(no train.log)"]
