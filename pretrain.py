@@ -18,6 +18,7 @@ share one process group.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
@@ -38,6 +39,10 @@ def launch(hydra_config: DictConfig) -> None:
         config = PretrainConfig(**OmegaConf.to_container(hydra_config, resolve=True))
     except ValidationError as e:
         exit_bad_config(format_validation_error(e))
+    try:    # here, said once, rather than by every rank's Trainer
+        config.check_world_size(int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError as e:
+        exit_bad_config(f"error: {e}")
 
     from hrm.distributed import init_distributed, shutdown
     from hrm.train import Trainer, TrainingDiverged

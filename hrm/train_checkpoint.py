@@ -115,7 +115,8 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 
 
 def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
-    """`resume=latest` (the newest checkpoint of the run folder) or a step folder."""
+    """`resume=latest` (the newest checkpoint of the run folder), a step folder, or another run's
+    folder (its newest checkpoint, as `latest` picks it there)."""
     if resume == "latest":
         if run_dir is None:
             raise ValueError("resume=latest needs the run's folder: set checkpoint_path (or project_name and run_name)")
@@ -127,9 +128,14 @@ def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
             raise FileNotFoundError(f"resume=latest: no checkpoint under {run_dir}")
         return found[-1]
     path = Path(resume)
-    if not (path / "trainer.pt").is_file():
-        raise FileNotFoundError(f"resume={resume}: not a checkpoint folder (no trainer.pt)")
-    return path
+    if (path / "trainer.pt").is_file():
+        return path
+    if path.is_dir() and list_checkpoints(path):
+        return resolve_resume("latest", path)
+    if not path.exists():
+        raise FileNotFoundError(f"resume={resume}: no such folder")
+    raise FileNotFoundError(f"resume={resume}: neither a checkpoint folder (step_<N>/ with trainer.pt) nor a run "
+                            f"folder holding one")
 
 
 def _earlier_checkpoint_hint(step_dir: Path) -> str:

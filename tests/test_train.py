@@ -143,6 +143,23 @@ def test_a_fresh_run_refuses_a_folder_with_checkpoints(small_build, tmp_path):
     assert resumed.step == 1
 
 
+def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
+    from hrm.train_checkpoint import resolve_resume
+    run = tmp_path / "run"
+    for step in (2, 10):
+        (run / f"step_{step}").mkdir(parents=True)
+        (run / f"step_{step}" / "trainer.pt").write_bytes(b"")
+    (run / "step_11").mkdir()                                   # incomplete: no trainer.pt
+    assert resolve_resume(str(run / "step_2"), None) == run / "step_2"
+    assert resolve_resume(str(run), None) == run / "step_10"    # a run folder: its newest checkpoint
+    (run / "latest").write_text("step_2")
+    assert resolve_resume(str(run), None) == run / "step_2"     # ... as `latest` names it
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        resolve_resume(str(tmp_path / "nope"), None)
+    with pytest.raises(FileNotFoundError, match="neither a checkpoint folder"):
+        resolve_resume(str(run / "step_11"), None)
+
+
 def test_divergence_stops_without_touching_the_last_good_checkpoint(small_build, tmp_path):
     cfg = micro_config(small_build, tmp_path / "run", checkpoint_interval=1, keep_checkpoints=0)
     trainer = Trainer(cfg, CPU, progress=False)
@@ -610,6 +627,10 @@ def test_a_bad_config_under_torchrun_is_reported_once(small_build, tmp_path):
     run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1"))
     assert run.returncode != 0 and run.stderr.count("lr: Input should be greater than or equal to 0") == 1, \
+        run.stderr[-3000:]
+    run = subprocess.run([a.replace("lr=-1", "global_batch_size=9") for a in cmd], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env=dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1"))
+    assert run.returncode != 0 and run.stderr.count("global_batch_size=9 is not divisible by the world size 2") == 1, \
         run.stderr[-3000:]
 
 
