@@ -93,15 +93,18 @@ def main(argv=None) -> int:
     meta = {"predictions": [str(f) for f in predictions.files], "source": predictions.source,
             "data": str(data), "step": (predictions.info or {}).get("step")}
     report = build_report(votes, stats, pass_at_k(stats, split.task_pair_start, ks), args.top, meta)
-    print(format_table(report))
+    written = []   # the files first: a reader of stdout that goes away (`| head`) must not cost them
     try:
         if args.json:
-            print(f"results: {write_atomic(args.json, json.dumps(report))}")
+            written.append(f"results: {write_atomic(args.json, json.dumps(report))}")
         if args.submission:
-            print(f"submission: {write_atomic(args.submission, json.dumps(build_submission(votes)))}")
+            written.append(f"submission: {write_atomic(args.submission, json.dumps(build_submission(votes)))}")
     except EvaluationInputError as e:     # checked above, so only what the disk can still do: full, gone
         print(f"vote.py: error: {e}", file=sys.stderr)
         return 2
+    print(format_table(report))
+    for line in written:
+        print(line)
     return 0
 
 

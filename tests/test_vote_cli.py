@@ -215,8 +215,13 @@ def test_a_reader_that_stops_early_ends_the_script_quietly(workdir):
     """`vote.py ... | head -1`: the reader is gone before the table is written (deterministic here:
     the pipe is closed before the script gets to write)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen([sys.executable, str(REPO / "evaluate" / "vote.py"), *predictions_args(workdir)],
+    # unbuffered stdout (PYTHONUNBUFFERED=1, common in containers) meets the closed pipe at once; the
+    # files named on the command line are written all the same
+    env["PYTHONUNBUFFERED"] = "1"
+    outputs = ["--json", str(workdir / "r.json"), "--submission", str(workdir / "s.json")]
+    proc = subprocess.Popen([sys.executable, str(REPO / "evaluate" / "vote.py"), *predictions_args(workdir), *outputs],
                             cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdout.close()
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141 and err == ""
+    assert json.loads((workdir / "r.json").read_text())["pass_at_k"] and (workdir / "s.json").is_file()
