@@ -90,6 +90,7 @@ def check_overrides(argv: list[str]) -> None:
     from pathlib import Path
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
+    from hydra.core.config_search_path import SearchPathQuery
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from hydra.types import RunMode
@@ -105,7 +106,9 @@ def check_overrides(argv: list[str]) -> None:
         if args.config_dir is not None:
             if not Path(args.config_dir).is_dir():
                 raise HydraException(f"--config-dir {args.config_dir}: no such folder")
-            search_path.prepend("command-line", f"file://{Path(args.config_dir).resolve()}")
+            # where Hydra puts it: after this project's configs/, before the structured configs
+            search_path.prepend("command-line", f"file://{Path(args.config_dir).resolve()}",
+                                anchor=SearchPathQuery(provider="schema"))
         hydra = Hydra.create_main_hydra2(task_name="pretrain", config_search_path=search_path)
         config_name = args.config_name or "cfg_pretrain"
         mode = RunMode.MULTIRUN if args.multirun else hydra.get_mode(config_name, args.overrides) or RunMode.RUN

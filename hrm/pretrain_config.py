@@ -68,8 +68,8 @@ class PretrainConfig(BaseModel):
     @classmethod
     def _data_exists(cls, v: str) -> str:
         if not (Path(v) / "train" / "dataset.json").is_file():
-            raise ValueError(f"{v!r} is not a build (no train/dataset.json); run `python build_arc.py` first "
-                             f"or point data_path at a build_arc.py output folder")
+            raise ValueError("not a build (no train/dataset.json); run `python build_arc.py` first "
+                             "or point data_path at a build_arc.py output folder")
         return v
 
     @model_validator(mode="after")
@@ -107,9 +107,10 @@ EXIT_BAD_CONFIG = 2   # pretrain.py's exit status for a config that cannot run
 
 
 def exit_bad_config(message: str):
-    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once: under torchrun every rank checks the
-    same config and would print the same message (RANK unset: one process, which prints)."""
-    if os.environ.get("RANK", "0") == "0":
+    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine: under torchrun every rank
+    checks the same config and would print the same message; one process per node (LOCAL_RANK 0)
+    says it, since a path can be missing on one node only (LOCAL_RANK unset: one process)."""
+    if os.environ.get("LOCAL_RANK", "0") == "0":
         print(f"pretrain.py: {message}", file=sys.stderr, flush=True)
     sys.exit(EXIT_BAD_CONFIG)
 

@@ -47,21 +47,20 @@ def sweep_tag() -> str:
         return ""
     hydra_config = HydraConfig.get()
     swept = swept_keys(sys.argv[1:]) | set(OmegaConf.select(hydra_config, "sweeper.params", default=None) or {})
-    job = [o for o in hydra_config.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept]
+    task = OmegaConf.to_container(hydra_config.overrides.task, resolve=False)
+    job = [o for o in task if o.split("=", 1)[0].lstrip("+~") in swept]
     return ",".join(job).replace("/", "_")
 
 
 def sweep_record_on_rank_zero(argv: list[str]) -> list[str]:
     """Under torchrun every rank runs Hydra's sweeper, and each resolves the `${now:...}` of
     `hydra.sweep.dir` itself: a second apart, the ranks would leave two checkpoints/multirun/<time>
-    records of one sweep. On the other ranks, `argv` gets a temporary sweep dir, removed at exit."""
-    from hydra._internal.utils import get_args_parser
-    if os.environ.get("RANK", "0") == "0":
+    records of one sweep. On the other ranks, `argv` gets a temporary sweep dir, removed at exit
+    (always: a config file can make a run a sweep; a single run never creates the folder)."""
+    rank = os.environ.get("RANK", "0")
+    if rank == "0":
         return argv
-    args = get_args_parser().parse_known_args(argv)[0]
-    if not (args.multirun or "hydra.mode=MULTIRUN" in args.overrides):
-        return argv
-    record = tempfile.mkdtemp(prefix=f"hrm-sweep-rank{os.environ['RANK']}-")
+    record = os.path.join(tempfile.gettempdir(), f"hrm-sweep-rank{rank}-{os.getpid()}")
     atexit.register(shutil.rmtree, record, ignore_errors=True)
     return argv + [f"hydra.sweep.dir={record}"]
 
@@ -74,8 +73,11 @@ def sweep_jobs(config: DictConfig, loader) -> tuple[list[list[str]], set[str]] |
     from hydra.core.override_parser.overrides_parser import OverridesParser
     if OmegaConf.select(config, "hydra.sweeper._target_") != _BASIC_SWEEPER:
         return None
-    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
-    lines = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    # as written, not resolved: a value such as `runs/${hydra:job.num}` is the job's business
+    params_node = OmegaConf.select(config, "hydra.sweeper.params", default=None)
+    params = {} if params_node is None else OmegaConf.to_container(params_node, resolve=False)
+    lines = [f"{k}={v}" for k, v in params.items()] + OmegaConf.to_container(config.hydra.overrides.task,
+                                                                            resolve=False)
     overrides = OverridesParser.create(config_loader=loader).parse_overrides(lines)
     swept = {o.get_key_element() for o in overrides if o.is_sweep_override()}
     return BasicSweeper.split_arguments(overrides, None)[0], swept
@@ -132,7 +134,18 @@ class CheckEveryJob(Callback):
     included), or the sweep stops with exit 2, naming each bad job, having run nothing."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        # Hydra turns a callback's exception into a warning and goes on: say plainly that the check
+        # did not happen (each job is still validated when it starts)
+        try:
+            self.check(config)
+        except Exception as e:  # noqa: BLE001
+            if os.environ.get("LOCAL_RANK", "0") == "0":
+                print(f"pretrain.py: warning: the sweep's jobs could not be checked before the first one "
+                      f"({type(e).__name__}: {e}); each is checked when it starts", file=sys.stderr, flush=True)
+
+    def check(self, config: DictConfig) -> None:
         from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.hydra_config import HydraConfig
         from hydra.errors import HydraException
         loader = GlobalHydra.instance().config_loader()
         try:
@@ -144,12 +157,25 @@ class CheckEveryJob(Callback):
         jobs, swept = found
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         by_problem: dict[str, list[str]] = {}   # the same mistake in every job is told once
-        for i, job in enumerate(jobs):
-            # composed as Hydra's launcher will compose the job
-            problem = config_problem(lambda: loader.load_sweep_config(config, list(job)), world_size, known=config)
-            if problem:
-                values = " ".join(o for o in job if o.split("=", 1)[0] in swept)
-                by_problem.setdefault(problem, []).append(f"#{i} ({values})")
+
+        def compose_job(i: int, job: list[str]) -> DictConfig:
+            """As Hydra's basic launcher composes job i, and with its HydraConfig set, so that the
+            job's `${hydra:job.num}` and the like resolve as they will."""
+            job_config = loader.load_sweep_config(config, list(job))
+            with open_dict(job_config):
+                job_config.hydra.job.id = i
+                job_config.hydra.job.num = i
+            HydraConfig.instance().set_config(job_config)
+            return job_config
+        before = HydraConfig.instance().cfg
+        try:
+            for i, job in enumerate(jobs):
+                problem = config_problem(lambda: compose_job(i, job), world_size, known=config)
+                if problem:
+                    values = " ".join(o for o in job if o.split("=", 1)[0] in swept)
+                    by_problem.setdefault(problem, []).append(f"#{i} ({values})")
+        finally:
+            HydraConfig.instance().cfg = before     # the launcher sets each job's when it runs it
         if by_problem:
             bad = sum(len(v) for v in by_problem.values())
             exit_bad_config("\n".join([f"invalid sweep: {bad} of its {len(jobs)} jobs cannot run; none was started",

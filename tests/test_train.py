@@ -620,6 +620,35 @@ def test_a_sweep_under_torchrun_runs_every_job(small_build, tmp_path):
     assert (tmp_path / "checkpoints" / "multirun" / "rank0" / "multirun.yaml").is_file()
 
 
+def test_the_sweep_check_resolves_hydra_interpolations_as_the_jobs_will(small_build, tmp_path):
+    """`${hydra:job.num}` in a config file or on the command line resolves in the check as in the
+    job (it is not a bad job, and the check is not skipped): only the really bad job is named."""
+    configs = tmp_path / "cfgs"
+    configs.mkdir()
+    (configs / "numbered.yaml").write_text("defaults:\n  - cfg_pretrain\n  - _self_\n"
+                                           "checkpoint_path: runs/job${hydra:job.num}\n")
+    env = dict(os.environ, WANDB_MODE="disabled")
+    for extra in (["--config-dir", str(configs), "--config-name", "numbered"],
+                  ["checkpoint_path=runs/cli${hydra:job.num}"]):
+        run = subprocess.run([a for a in sweep_cmd(small_build, *extra, "lr=1e-3,-1") if a != "project_name=sweep"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert "invalid sweep: 1 of its 2 jobs cannot run" in run.stderr and "job #1 (lr=-1)" in run.stderr
+        assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_config_dir_comes_after_the_projects_configs_as_in_hydra(small_build, tmp_path):
+    """A --config-dir holding its own cfg_pretrain.yaml does not shadow the project's (Hydra's order):
+    a key only that copy has is unknown, exit 2 from the check, not a pass then Hydra's exit 1."""
+    configs = tmp_path / "cfgs"
+    configs.mkdir()
+    (configs / "cfg_pretrain.yaml").write_text((ROOT / "configs" / "cfg_pretrain.yaml").read_text()
+                                               + "my_extra_key: 1\n")
+    run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), "--config-dir", str(configs), "my_extra_key=2",
+                          f"data_path={small_build}"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "no such key: 'my_extra_key'" in run.stderr, run.stderr[-3000:]
+
+
 def test_a_bad_config_under_torchrun_is_reported_once(small_build, tmp_path):
     """Every rank checks the same config; one of them says what is wrong."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29521",
