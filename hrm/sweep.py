@@ -6,7 +6,8 @@ first two trained. `CheckEveryJob`, a Hydra callback named in configs/cfg_pretra
 and validates every job before the first one starts, and stops the sweep with every bad job named.
 
 A job's run name ends in its swept values (`sweep_tag`), so the jobs' runs, checkpoints and
-`resume=latest` stay apart.
+`resume=latest` stay apart. Under torchrun, the sweep's record (Hydra's multirun.yaml) is rank 0's
+(`sweep_record_on_rank_zero`).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hrm.pretrain_config import PretrainConfig, exit_bad_config, explain_unknown_key, format_validation_error
+
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
