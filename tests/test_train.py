@@ -94,15 +94,21 @@ def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path):
     assert run.returncode == 2 and "lr:" in run.stderr and "greater than or equal to 0" in run.stderr
     assert not (tmp_path / "run").exists()
     # with Hydra's flags and hydra.* overrides too, as Hydra composes them (Hydra alone exits 1)
-    for bad, named in (("arch.hidden_sz=3", "no such key: 'arch.hidden_sz'. Did you mean arch.hidden_size?"),
-                       ("arch=hrm_huge", "hrm_huge"), ("lr", "lr"),
-                       ("device=cuda" if not torch.cuda.is_available() else "device=tpu", "device"),
-                       ("-m lr=1e-3,1e-2 arch.hidden_sz=3", "hidden_sz"), ("--config-name cfg_pretrian", "cfg_pretrian"),
-                       ("hydra.job.chdir=false arch=hrm_huge", "hrm_huge"), ("--config-dir nowhere", "nowhere")):
-        run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), *bad.split(), f"data_path={small_build}",
-                              f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
+    cases = (("arch.hidden_sz=3", "no such key: 'arch.hidden_sz'. Did you mean arch.hidden_size?"),
+             ("arch=hrm_huge", "hrm_huge"), ("lr", "lr"),
+             ("device=cuda" if not torch.cuda.is_available() else "device=tpu", "device"),
+             ("-m lr=1e-3,1e-2 arch.hidden_sz=3", "hidden_sz"), ("--config-name cfg_pretrian", "cfg_pretrian"),
+             ("hydra.job.chdir=false arch=hrm_huge", "hrm_huge"), ("--config-dir nowhere", "nowhere"))
+
+    def cli(bad: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "pretrain.py"), *bad.split(), f"data_path={small_build}",
+                               f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as pool:     # each is mostly interpreter start-up: two at a time
+        runs = list(pool.map(cli, [bad for bad, _ in cases]))
+    for (bad, named), run in zip(cases, runs):
         assert run.returncode == 2 and named in run.stderr and "Traceback" not in run.stderr, (bad, run.stderr)
-        assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists()
 
 
 def test_loss_falls_and_evaluation_writes_predictions(small_build, tmp_path):
