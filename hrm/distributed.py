@@ -94,6 +94,15 @@ def broadcast_object(obj, info: DistInfo):
     return box[0]
 
 
+def gather_objects(obj, info: DistInfo) -> list:
+    """Every rank's value of `obj`, in rank order, on every rank."""
+    if not info.enabled:
+        return [obj]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def broadcast_module_(module: torch.nn.Module, info: DistInfo) -> None:
     """Start every rank from rank 0's parameters and buffers."""
     if not info.enabled:

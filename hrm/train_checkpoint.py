@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from hrm.checkpoint import CheckpointError, load_state_strict, read_torch_file, save_model
-from hrm.distributed import DistInfo, barrier
+from hrm.distributed import DistInfo, barrier, gather_objects
 from hrm.model import Carry
 
 FORMAT = "hrm-deeploop/train-v1"
@@ -171,11 +171,22 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
         opt.load_state_dict(trainer["optimizers"][name])
     carry = None
     rank_file = step_dir / f"rank_{info.rank}.pt"
-    if trainer["world_size"] == info.world_size:
-        if not rank_file.is_file():   # written by every rank: its absence is damage, not a new world
-            raise CheckpointError(f"{rank_file}: missing (the checkpoint was written by {info.world_size} "
-                                  f"ranks, each with its rows in flight and random state){hint}")
-        per_rank = read_torch_file(rank_file, hint)
+    same_world = trainer["world_size"] == info.world_size
+    per_rank, problem = None, None
+    if same_world:
+        try:
+            if not rank_file.is_file():   # written by every rank: its absence is damage, not a new world
+                raise CheckpointError(f"{rank_file}: missing (the checkpoint was written by {info.world_size} "
+                                      f"ranks, each with its rows in flight and random state){hint}")
+            per_rank = read_torch_file(rank_file, hint)
+        except CheckpointError as e:
+            problem = str(e)
+    # Each rank reads its own file: one rank's damaged file stops every rank (the others would go
+    # on into a collective the failed rank never reaches), each naming the file.
+    problems = [p for p in gather_objects(problem, info) if p]
+    if problems:
+        raise CheckpointError("; ".join(problems))
+    if same_world:
         carry = _carry_from_dict(per_rank["carry"], info.device, model.compute_dtype(info.device))
         _set_rng_state(per_rank["rng"])
     elif info.is_main:

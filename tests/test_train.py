@@ -485,6 +485,26 @@ def test_a_build_without_test_examples_is_warned_of(small_build, tmp_path, capsy
     assert "empty test split" not in capsys.readouterr().err
 
 
+def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_path):
+    """Under torchrun each rank reads its own rank_<r>.pt: when rank 1's is truncated, rank 0 must
+    not say "resumed" and go on into a collective rank 1 never reaches; both refuse, naming it."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29523",
+           str(ROOT / "pretrain.py"), "arch=hrm_tiny", *[f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"],
+           "arch.scaling.rule=deeploop", f"data_path={small_build}", "global_batch_size=8", "epochs=100",
+           "eval_interval=100", "checkpoint_interval=1", "keep_checkpoints=0", f"checkpoint_path={run}"]
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    first = subprocess.run(cmd + ["max_steps=2"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    damaged = run / "step_2" / "rank_1.pt"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    again = subprocess.run(cmd + ["max_steps=3", "resume=latest"], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300, env=env)
+    assert again.returncode != 0 and "resumed from" not in again.stdout, again.stdout[-2000:]
+    assert again.stderr.count(f"{damaged} is not a checkpoint") == 2, again.stderr[-3000:]
+    assert f"resume={run / 'step_1'} continues from the previous checkpoint" in again.stderr
+
+
 def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
     assert sorted(losses_by_step(tmp_path / "run")) == [3, 4]
