@@ -185,8 +185,13 @@ class Trainer:
         self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0)
         if cfg.resume:
             ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None)
-            if not cfg.checkpoint_path:
+            if not (cfg.checkpoint_path or cfg.run_name):
                 self.run_dir = ckpt.parent  # keep writing into the run we continue
+            elif ckpt.parent.resolve() != self.run_dir.resolve() and list_checkpoints(self.run_dir):
+                # a fork (another run's checkpoint, this run's name) must not mix into a third run
+                raise ValueError(f"resume={cfg.resume}: this run's folder {self.run_dir} already holds checkpoints "
+                                 f"of its own; pass resume=latest to continue it, or another run_name / "
+                                 f"checkpoint_path to start a new branch from {ckpt}")
 
             def check_resumable(saved_config: dict, saved_data: dict | None) -> None:
                 check_same_arch(saved_config, cfg, ckpt)
@@ -205,7 +210,8 @@ class Trainer:
             saved = state["evaluated_iterations"]
             self.evaluated_iterations = self.reader.iteration if saved is None else saved
             if info.is_main:
-                print(f"resumed from {ckpt} at step {self.step}", flush=True)
+                branch = "" if ckpt.parent.resolve() == self.run_dir.resolve() else f", writing to {self.run_dir}"
+                print(f"resumed from {ckpt} at step {self.step}{branch}", flush=True)
                 self._archive_divergence()
         else:
             existing = list_checkpoints(self.run_dir)

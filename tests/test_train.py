@@ -166,6 +166,25 @@ def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
         resolve_resume(str(run / "step_11"), None)
 
 
+def test_resume_from_another_runs_checkpoint_with_a_run_name_starts_a_branch(small_build, tmp_path, monkeypatch):
+    """`resume=<run A's step> run_name=B`: B continues from A's checkpoint in its own folder; A is
+    left as it was (it used to get B's checkpoints and config). A third run is never mixed in."""
+    monkeypatch.chdir(tmp_path)
+    base = micro_config(small_build, tmp_path, checkpoint_path=None, project_name="proj")
+    Trainer(base.model_copy(update={"run_name": "a", "max_steps": 1}), CPU, progress=False).fit()
+    a = tmp_path / "checkpoints" / "proj" / "a"
+    before = sorted(p.name for p in a.iterdir())
+    branch = Trainer(base.model_copy(update={"run_name": "b", "max_steps": 2, "resume": str(a / "step_1")}), CPU,
+                     progress=False)
+    assert branch.step == 1 and branch.run_dir == Path("checkpoints") / "proj" / "b"
+    branch.fit()
+    assert sorted(p.name for p in a.iterdir()) == before and (a / "latest").read_text() == "step_1"
+    assert (tmp_path / "checkpoints" / "proj" / "b" / "latest").read_text() == "step_2"
+    with pytest.raises(ValueError, match="already holds checkpoints of its own; pass resume=latest"):
+        Trainer(base.model_copy(update={"run_name": "b", "max_steps": 3, "resume": str(a / "step_1")}), CPU,
+                progress=False)
+
+
 def test_divergence_stops_without_touching_the_last_good_checkpoint(small_build, tmp_path):
     cfg = micro_config(small_build, tmp_path / "run", checkpoint_interval=1, keep_checkpoints=0)
     trainer = Trainer(cfg, CPU, progress=False)
