@@ -5,7 +5,7 @@
   python pretrain.py ... resume=latest run_name=my-run                                       # continue a run
 
 Config: configs/cfg_pretrain.yaml and configs/arch/*.yaml; any field can be overridden as key=value.
-Exit codes: 0 done, 2 bad config, 3 diverged (non-finite loss or gradient).
+Exit codes: 0 done, 2 bad config, 3 diverged (non-finite loss or gradient), 130 interrupted (Ctrl-C).
 
 A Hydra sweep (`python pretrain.py -m arch=hrm_tiny arch.scaling.p=0.3,0.5,0.7`, or
 `hydra.sweeper.params` in a config) runs its jobs one after the other, once every job's config has
@@ -29,7 +29,7 @@ from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, exit_bad_confi
                                  format_validation_error)
 from hrm.sweep import fresh_if_nothing_to_resume, is_multirun, sweep_record_on_rank_zero, sweep_tag
 
-EXIT_DIVERGED = 3
+EXIT_DIVERGED, EXIT_INTERRUPTED = 3, 130   # 130: as a shell reports Ctrl-C
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
 
 
@@ -52,7 +52,7 @@ def launch(hydra_config: DictConfig) -> None:
     except RuntimeError as e:   # device=cuda without CUDA, or this rank's GPU missing: every rank says
         print(f"pretrain.py: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
-    finished = False
+    finished, trainer = False, None
     tag = sweep_tag()
     try:
         if tag and config.resume == "latest" and (config.checkpoint_path or config.run_name):
@@ -73,6 +73,12 @@ def launch(hydra_config: DictConfig) -> None:
             sys.exit(EXIT_DIVERGED)
         diverged_jobs.append(trainer.run_name)   # a sweep goes on with its next job
         finished = True
+    except KeyboardInterrupt:   # Ctrl-C: where things stand, not a traceback (once per machine)
+        if info.local_rank == 0:
+            where = (f"at step {trainer.step}; the run's checkpoints are in {trainer.run_dir}: continue from the "
+                     f"newest with resume={trainer.run_dir}") if trainer is not None else "before training"
+            print(f"\npretrain.py: interrupted {where}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
     finally:
         # A sweep keeps its process group for the next job: a group destroyed and made again on
         # the same torchrun store can deadlock its first collective (PyTorch reuses the store keys).

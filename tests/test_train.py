@@ -524,6 +524,25 @@ def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_pat
     assert f"resume={run / 'step_1'} continues from the previous checkpoint" in again.stderr
 
 
+def test_ctrl_c_says_where_the_run_stands(small_build, tmp_path):
+    """SIGINT (Ctrl-C) during training: exit 130 with the step and how to continue, no traceback."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "pretrain.py"), "arch=hrm_tiny",
+                             *[f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"],
+                             "arch.scaling.rule=deeploop", f"data_path={small_build}", "global_batch_size=8",
+                             "epochs=1000", "eval_interval=1000", "checkpoint_interval=1", f"checkpoint_path={run}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, WANDB_MODE="disabled"))
+    deadline = time.time() + 120
+    while not (run / "latest").is_file() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)     # training has begun: a checkpoint is written after every step
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "pretrain.py: interrupted at step" in err and f"continue from the newest with resume={run}" in err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
 def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
     assert sorted(losses_by_step(tmp_path / "run")) == [3, 4]
