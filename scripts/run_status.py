@@ -212,11 +212,17 @@ def main(argv=None) -> int:
     try:    # every run is read before anything is printed: an error leaves no partial table
         for run_dir in args.runs:
             if not (run_dir / "log.jsonl").is_file():
-                raise RunStatusError(f"{run_dir}: no log.jsonl, not a run folder of pretrain.py")
+                if not run_dir.is_dir() or len(args.runs) == 1:   # a typo, or the one folder asked for
+                    raise RunStatusError(f"{run_dir}: no log.jsonl, not a run folder of pretrain.py")
+                # a folder of a glob (`checkpoints/<project>/*`) that holds no run: said, then passed over
+                print(f"run_status.py: note: {run_dir}: no log.jsonl, not a run folder; skipped", file=sys.stderr)
+                continue
             build = find_build(run_dir, args.data).resolve()
             if build not in floors:
                 floors[build] = unigram_floor(build)[0]
             rows.append(run_summary(run_dir, floors[build], args.margin, args.window))
+        if not rows:
+            raise RunStatusError(f"none of the {len(args.runs)} folders holds a run (log.jsonl)")
     except (RunStatusError, ValueError, OSError) as e:
         print(f"run_status.py: error: {e}", file=sys.stderr)
         return 2

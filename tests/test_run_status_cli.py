@@ -63,6 +63,20 @@ def test_a_folder_that_is_not_a_run_fails_before_any_line_is_printed(small_build
     assert err == f"run_status.py: error: {tmp_path / 'typo'}: no log.jsonl, not a run folder of pretrain.py\n"
 
 
+def test_a_folder_without_a_run_among_several_is_passed_over(small_build, tmp_path, capsys):
+    """`run_status.py checkpoints/<project>/*` may meet a folder that holds no run (one that failed
+    before logging): it is named and skipped, and the runs are still reported."""
+    good = write_run(tmp_path / "good", [1.0] * 3, small_build)
+    (tmp_path / "empty").mkdir()
+    assert main([str(good), str(tmp_path / "empty")]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{good}: ") and err == f"run_status.py: note: {tmp_path / 'empty'}: no log.jsonl, not a run folder; skipped\n"
+    assert main([str(tmp_path / "empty")]) == 2     # the one folder asked for: an error
+    (tmp_path / "empty2").mkdir()
+    assert main([str(tmp_path / "empty"), str(tmp_path / "empty2")]) == 2
+    assert "none of the 2 folders holds a run" in capsys.readouterr().err
+
+
 def test_the_script_has_a_help_and_runs_from_anywhere(small_build, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # it must find the repository itself
 
