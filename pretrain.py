@@ -63,7 +63,10 @@ def launch(hydra_config: DictConfig) -> None:
             print(f"pretrain.py: error: {e}", file=sys.stderr)
             sys.exit(EXIT_BAD_CONFIG)
         summary = trainer.fit()
-        if info.is_main:
+        if info.is_main and summary["steps_run"] == 0:   # resumed at its end: nothing was left to do
+            print(f"done: the run had already finished at step {summary['step']} (max_steps or epochs end it "
+                  f"there); checkpoints in {trainer.run_dir}", flush=True)
+        elif info.is_main:
             print(f"done: step {summary['step']}, {summary['steps_per_second']:.2f} steps/s, "
                   f"checkpoints in {trainer.run_dir}", flush=True)
         finished = True

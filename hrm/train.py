@@ -419,5 +419,5 @@ class Trainer:
             if self.log is not None:
                 self.log.close()
         seconds = time.perf_counter() - started
-        return {"step": self.step, "eval": last_eval, "seconds": seconds,
+        return {"step": self.step, "eval": last_eval, "seconds": seconds, "steps_run": self.step - first_step,
                 "steps_per_second": (self.step - first_step) / seconds if seconds > 0 else 0.0}

@@ -543,6 +543,18 @@ def test_ctrl_c_says_where_the_run_stands(small_build, tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
 
 
+def test_resuming_a_finished_run_says_so(small_build, tmp_path):
+    cmd = [sys.executable, str(ROOT / "pretrain.py"), "arch=hrm_tiny",
+           *[f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"], "arch.scaling.rule=deeploop",
+           f"data_path={small_build}", "global_batch_size=8", "epochs=100", "eval_interval=100", "max_steps=1",
+           "eval_save_predictions=false", f"checkpoint_path={tmp_path / 'run'}"]
+    env = dict(os.environ, WANDB_MODE="disabled")
+    first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0 and "done: step 1, " in first.stdout, first.stderr[-2000:]
+    again = subprocess.run(cmd + ["resume=latest"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert again.returncode == 0 and "done: the run had already finished at step 1" in again.stdout, again.stdout
+
+
 def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
     assert sorted(losses_by_step(tmp_path / "run")) == [3, 4]
