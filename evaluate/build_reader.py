@@ -15,6 +15,7 @@ from arc_data.augment import parse_augmentation_name
 from arc_data.encoding import COLOUR_OFFSET, MAX_GRID, SEQ_LEN, VOCAB_SIZE, crop
 from evaluate.errors import EvaluationInputError
 from evaluate.identifiers import Identifiers
+from evaluate.npz_reader import read_npy_header
 
 SPLIT_ARRAYS = ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices")
 
@@ -86,10 +87,7 @@ def _read_npy_header(path: Path) -> tuple[tuple, bool, np.dtype, int]:
     hold one, or not a .npy, is refused by name."""
     try:
         with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            shape, fortran, dtype = read_header(f)
+            shape, fortran, dtype = read_npy_header(f)
             return shape, fortran, dtype, f.tell()
     except (ValueError, EOFError) as e:
         raise EvaluationInputError(f"{path}: not a complete .npy header ({e}); rebuild the data") from None

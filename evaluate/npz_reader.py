@@ -29,6 +29,15 @@ def _member_data_offset(f, info: zipfile.ZipInfo) -> int:
     return info.header_offset + _LOCAL_HEADER.size + fields[9] + fields[10]
 
 
+def read_npy_header(f) -> tuple[tuple, bool, np.dtype]:
+    """(shape, fortran order, dtype) of the .npy header at the position of the file-like `f`,
+    which it leaves at the start of the data."""
+    version = np.lib.format.read_magic(f)
+    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else np.lib.format.read_array_header_2_0)
+    return read_header(f)
+
+
 class _Inflater:
     """A deflated zip member as a sequential stream (no CRC pass: the file is ours, just written)."""
 
@@ -71,22 +80,15 @@ class NpzArray:
         if info.compress_type == zipfile.ZIP_STORED:
             with open(path, "rb") as f:
                 f.seek(self._member)
-                self.shape, fortran, self.dtype = self._header(f)
+                self.shape, fortran, self.dtype = read_npy_header(f)
                 self._data = f.tell()
         else:
             stream = _Inflater(self.path, self._member)
-            self.shape, fortran, self.dtype = self._header(stream)
+            self.shape, fortran, self.dtype = read_npy_header(stream)
             self._data = stream.position               # offset of the data in the inflated member
             stream.close()
         if fortran and len(self.shape) > 1:
             raise ValueError(f"{path}: array {key!r} is stored in Fortran order; expected C order")
-
-    @staticmethod
-    def _header(f):
-        version = np.lib.format.read_magic(f)
-        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                       else np.lib.format.read_array_header_2_0)
-        return read_header(f)
 
     @property
     def row_bytes(self) -> int:
