@@ -106,12 +106,17 @@ def format_validation_error(err: ValidationError) -> str:
 EXIT_BAD_CONFIG = 2   # pretrain.py's exit status for a config that cannot run
 
 
-def exit_bad_config(message: str):
-    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine: under torchrun every rank
+def say_once_per_node(message: str) -> None:
+    """`pretrain.py: message` on stderr from one process per machine: under torchrun every rank
     checks the same config and would print the same message; one process per node (LOCAL_RANK 0)
     says it, since a path can be missing on one node only (LOCAL_RANK unset: one process)."""
     if os.environ.get("LOCAL_RANK", "0") == "0":
         print(f"pretrain.py: {message}", file=sys.stderr, flush=True)
+
+
+def exit_bad_config(message: str):
+    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine."""
+    say_once_per_node(message)
     sys.exit(EXIT_BAD_CONFIG)
 
 

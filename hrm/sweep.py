@@ -20,7 +20,8 @@ import tempfile
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hrm.pretrain_config import PretrainConfig, exit_bad_config, explain_unknown_key, format_validation_error
+from hrm.pretrain_config import (PretrainConfig, exit_bad_config, explain_unknown_key, format_validation_error,
+                                 say_once_per_node)
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
@@ -141,9 +142,8 @@ class CheckEveryJob(Callback):
         try:
             self.check(config)
         except Exception as e:  # noqa: BLE001
-            if os.environ.get("LOCAL_RANK", "0") == "0":
-                print(f"pretrain.py: warning: the sweep's jobs could not be checked before the first one "
-                      f"({type(e).__name__}: {e}); each is checked when it starts", file=sys.stderr, flush=True)
+            say_once_per_node(f"warning: the sweep's jobs could not be checked before the first one "
+                              f"({type(e).__name__}: {e}); each is checked when it starts")
 
     def check(self, config: DictConfig) -> None:
         from hydra.core.global_hydra import GlobalHydra
