@@ -57,12 +57,28 @@ def estimated_total_steps(config: PretrainConfig, train_split) -> int:
     return int(config.epochs * meta.total_groups * meta.mean_puzzle_examples / config.global_batch_size)
 
 
+_sweep_stamp: str | None = None   # the time stamp shared by a sweep's default run names (see run_names)
+
+
+def default_stamp(info: DistInfo, sweep: bool) -> str:
+    """The time stamp of a default run name: now, by rank 0's clock. A sweep's jobs (one process
+    runs them one after the other) share the first job's, so that one sweep's runs sort together
+    and read as one experiment (`hrm_v1-20261130-101500-lr=0.001`, `...-lr=0.003`)."""
+    global _sweep_stamp
+    if sweep and _sweep_stamp is not None:
+        return _sweep_stamp
+    stamp = broadcast_object(f"{datetime.now():%Y%m%d-%H%M%S}", info)
+    if sweep:
+        _sweep_stamp = stamp
+    return stamp
+
+
 def run_names(config: PretrainConfig, info: DistInfo, tag: str = "") -> tuple[str, str, Path]:
     """(project, run, run folder). The default run name is `<arch>-<time stamp>` (rank 0's clock).
     `tag` tells apart the runs of one sweep (pretrain.py's multirun: the swept values): it ends the
     run name (`<run>-<tag>`), and a given checkpoint_path gets it as a subfolder."""
     project = config.project_name or f"{Path(config.data_path).name}-hrm"
-    run = config.run_name or broadcast_object(f"{config.arch.name}-{datetime.now():%Y%m%d-%H%M%S}", info)
+    run = config.run_name or f"{config.arch.name}-{default_stamp(info, sweep=bool(tag))}"
     if tag:
         run = f"{run}-{tag}"
     run_dir = Path(config.checkpoint_path) if config.checkpoint_path else Path("checkpoints") / project / run

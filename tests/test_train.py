@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -808,6 +810,12 @@ def test_run_names_of_a_sweep_job(small_build, tmp_path):
     cfg = micro_config(small_build, tmp_path / "fixed")
     _, name, folder = run_names(cfg, CPU, "lr=0.001")     # default name: <arch>-<time>-<tag>
     assert name.startswith("micro-") and name.endswith("-lr=0.001") and folder == tmp_path / "fixed" / "lr=0.001"
+    # the sweep's later jobs keep the first job's time stamp, however long the first one trained
+    later = micro_config(small_build, None, checkpoint_path=None)
+    with mock.patch("hrm.train.datetime") as clock:
+        clock.now.return_value = datetime(2031, 1, 2, 3, 4, 5)
+        assert run_names(later, CPU, "lr=0.003")[1] == name.replace("lr=0.001", "lr=0.003")
+        assert run_names(later, CPU)[1] == "micro-20310102-030405"    # a single run: its own time
     assert run_names(cfg, CPU)[2] == tmp_path / "fixed"
     named = micro_config(small_build, None, checkpoint_path=None, run_name="mine", project_name="p")
     assert run_names(named, CPU, "lr=0.001")[1:] == ("mine-lr=0.001", Path("checkpoints") / "p" / "mine-lr=0.001")
