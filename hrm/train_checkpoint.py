@@ -114,6 +114,19 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("_")[1]))
 
 
+def same_name_elsewhere(run_dir: Path, shown: int = 3) -> str:
+    """A hint for `resume=latest` that found nothing: runs of the same name in the other projects
+    beside this one (checkpoints/<project>/<run>). The project defaults to `<data folder>-hrm`, so
+    pointing data_path at another build looks in another project."""
+    others = sorted(p.parent for p in run_dir.parent.parent.glob(f"*/{run_dir.name}")
+                    if p.parent != run_dir.parent and list_checkpoints(p))
+    if not others:
+        return ""
+    listed = ", ".join(str(p / run_dir.name) for p in others[:shown]) + (" ..." if len(others) > shown else "")
+    return (f"; a run of that name has checkpoints in another project: {listed} (pass its project_name=; "
+            f"the project defaults to '<data folder>-hrm')")
+
+
 def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
     """`resume=latest` (the newest checkpoint of the run folder), a step folder, or another run's
     folder (its newest checkpoint, as `latest` picks it there)."""
@@ -125,7 +138,7 @@ def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
             return Path(run_dir) / pointer.read_text().strip()
         found = list_checkpoints(run_dir)
         if not found:
-            raise FileNotFoundError(f"resume=latest: no checkpoint under {run_dir}")
+            raise FileNotFoundError(f"resume=latest: no checkpoint under {run_dir}{same_name_elsewhere(Path(run_dir))}")
         return found[-1]
     path = Path(resume)
     if (path / "trainer.pt").is_file():

@@ -168,6 +168,27 @@ def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
         resolve_resume(str(run / "step_11"), None)
 
 
+def test_resume_latest_that_finds_nothing_names_the_same_run_in_another_project(tmp_path):
+    """The project defaults to `<data folder>-hrm`: `resume=latest run_name=X` with data_path set to
+    another build looks in another project; the error points at where run X's checkpoints are."""
+    from hrm.train_checkpoint import resolve_resume
+    checkpoints = tmp_path / "checkpoints"
+    (checkpoints / "arc-aug-1000-hrm" / "X" / "step_5").mkdir(parents=True)
+    (checkpoints / "arc-aug-1000-hrm" / "X" / "step_5" / "trainer.pt").write_bytes(b"")
+    (checkpoints / "other-hrm" / "X").mkdir(parents=True)     # same name, no checkpoint: not named
+    (checkpoints / "small-hrm" / "X").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as refused:
+        resolve_resume("latest", checkpoints / "small-hrm" / "X")
+    message = str(refused.value)
+    assert f"no checkpoint under {checkpoints / 'small-hrm' / 'X'}" in message
+    assert f"another project: {checkpoints / 'arc-aug-1000-hrm' / 'X'} (pass its project_name=" in message
+    assert "other-hrm" not in message
+    (checkpoints / "small-hrm" / "Y").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as alone:             # nothing elsewhere: no hint
+        resolve_resume("latest", checkpoints / "small-hrm" / "Y")
+    assert str(alone.value) == f"resume=latest: no checkpoint under {checkpoints / 'small-hrm' / 'Y'}"
+
+
 def test_resume_from_another_runs_checkpoint_with_a_run_name_starts_a_branch(small_build, tmp_path, monkeypatch):
     """`resume=<run A's step> run_name=B`: B continues from A's checkpoint in its own folder; A is
     left as it was (it used to get B's checkpoints and config). A third run is never mixed in."""
