@@ -36,7 +36,7 @@ from hrm.checkpoint import read_torch_file as read_checkpoint_file  # noqa: E402
 from hrm.distributed import check_device, init_distributed, shutdown, switch_on, uses_cuda  # noqa: E402
 from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
-from hrm.train_checkpoint import list_checkpoints, resolve_resume  # noqa: E402
+from hrm.train_checkpoint import list_checkpoints, previous_checkpoint_hint, resolve_resume  # noqa: E402
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
 SWITCH = {"auto": "auto", "true": True, "false": False}
@@ -69,13 +69,19 @@ def parse_args(argv: list[str]) -> dict:
         check_device(args["device"])
     except (ValueError, RuntimeError) as e:
         raise PredictError(str(e)) from None
-    args.setdefault("batch_size", 768 if uses_cuda(args["device"]) else 32)
+    args.setdefault("batch_size", default_batch_size(args["device"]))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if args["batch_size"] % world_size:
         raise PredictError(f"batch_size={args['batch_size']} is not divisible by the world size {world_size}")
     if "output_dir" in args:   # here, not when the predictions are written: that is after every batch
         check_output_folder(Path(args["output_dir"]), "output_dir")
     return args
+
+
+def default_batch_size(device: str) -> int:
+    """batch_size when none is given: the published evaluation batch on CUDA, a small one on CPU.
+    (scripts/compare.py asks it too, to tell whether training evaluated as this script would.)"""
+    return 768 if uses_cuda(device) else 32
 
 
 def check_output_folder(folder: Path, what: str, hint: str = "") -> None:
@@ -111,9 +117,12 @@ def resolve_checkpoint(checkpoint: str) -> str:
 
 
 def read_torch_file(path: Path):
-    """hrm.checkpoint.read_torch_file, its refusal as this script's error."""
+    """hrm.checkpoint.read_torch_file, its refusal as this script's error. A file of a training
+    run's step folder (a copy cut short, a disk filled while saving) points to the run's previous
+    checkpoint, as resuming does; any other says what a checkpoint is."""
+    hint = previous_checkpoint_hint(path.parent, option="checkpoint", does="evaluates")
     try:
-        return read_checkpoint_file(path, hint=f"; expected {EXPECTED}")
+        return read_checkpoint_file(path, hint=hint or f"; expected {EXPECTED}")
     except CheckpointError as e:
         raise PredictError(str(e)) from None
 

@@ -151,11 +151,15 @@ def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
                             f"folder holding one")
 
 
-def _earlier_checkpoint_hint(step_dir: Path) -> str:
-    """'; resume=<the step before> to continue from the previous checkpoint', when there is one."""
+def previous_checkpoint_hint(step_dir: str | Path, option: str = "resume",
+                             does: str = "continues from") -> str:
+    """'; <option>=<the step before> <does> the previous checkpoint' when the run folder holds a
+    complete checkpoint before `step_dir`, else ''. For the error on a file of `step_dir` that cannot
+    be read: resuming (pretrain.py, option resume) and evaluating (predict.py, option checkpoint)."""
+    step_dir = Path(step_dir)
     found = [c.name for c in list_checkpoints(step_dir.parent)]
     earlier = found[:found.index(step_dir.name)] if step_dir.name in found else []
-    return f"; resume={step_dir.parent / earlier[-1]} continues from the previous checkpoint" if earlier else ""
+    return f"; {option}={step_dir.parent / earlier[-1]} {does} the previous checkpoint" if earlier else ""
 
 
 def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: DistInfo,
@@ -169,7 +173,7 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
     its own); otherwise every rank starts from a fresh carry. A file that cannot be read is named,
     with the previous checkpoint suggested."""
     step_dir = Path(step_dir)
-    hint = _earlier_checkpoint_hint(step_dir)
+    hint = previous_checkpoint_hint(step_dir)
     trainer = read_torch_file(step_dir / "trainer.pt", hint)
     if not isinstance(trainer, dict) or trainer.get("format") != FORMAT:
         raise CheckpointError(f"{step_dir / 'trainer.pt'}: not a {FORMAT} checkpoint")

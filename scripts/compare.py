@@ -14,6 +14,9 @@ cores/2 threads (`--jobs 1` for one after the other). On a GPU machine the arms 
 visible GPUs when there are two (`--gpus 3 5` to choose, `--gpus none` for the CPU).
 paper: `arch=hrm_v1` against `arch=hrm_deeploop` on data/arc-aug-1000 (ARC-AGI-1 + ConceptARC,
 1000 augmentations, HRM's recipe) with the published training defaults (100K epochs, batch 768).
+Its training evaluates the last step and writes that step's predictions; when it did so as
+predict.py would (same build, device, batch, compile, processes: `why_not_reuse`), they are voted
+on as they are and predict.py is not run, which the output and the table say.
 
 Writes OUT.md and OUT.json (default results/compare_<preset>); run folders go under --work.
 """
@@ -31,16 +34,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       latest_checkpoint, last_eval, read_run_log, run_logged, shell_line,
                                       gpu_env, resolve_gpus, tail_mean, train_curve)
-from scripts.run_status import unigram_floor  # noqa: E402
+# the "final" training losses average the steps run_status.py averages to classify a run: single
+# batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model
+from scripts.run_status import DEFAULT_WINDOW as FINAL_WINDOW, unigram_floor  # noqa: E402
 from arc_data.manifest import read_manifest  # noqa: E402
-
-FINAL_WINDOW = 50   # steps averaged for the "final" training losses: single batches differ a lot
-                    # (8 rows from ~2 puzzles), so a short window says more about the batches than the model
 
 
 @dataclass
@@ -61,6 +65,7 @@ class Recipe:
     work: Path
     K: list[int]
     notes: list[str] = field(default_factory=list)
+    ranks: int = 1                       # processes the launcher starts (torchrun's --nproc-per-node)
 
     def run_dir(self, arm: Arm) -> Path:
         return self.work / arm.name
@@ -102,7 +107,8 @@ def paper_recipe(args) -> Recipe:
             Arm("hrm_deeploop", "HRM + DeepLoop (hrm_deeploop)", ["arch=hrm_deeploop"])]
     notes = ["Published training defaults (configs/cfg_pretrain.yaml): 100K epochs, global batch 768, lr 1e-4 "
              "(warmup 2000, then constant); evaluation with predictions every 10K epochs."]
-    return Recipe("paper", build, build_cmd, arms, common, launcher, work, [1, 2, 10, 100, 1000], notes)
+    return Recipe("paper", build, build_cmd, arms, common, launcher, work, [1, 2, 10, 100, 1000], notes,
+                  ranks=args.nproc)
 
 
 # ----------------------------------------------------------------------------------- running
@@ -123,12 +129,82 @@ def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say, gpu
     _, train_s = run_logged(recipe.train_cmd(arm), run_dir / "train.log", step=f"{arm.name} training",
                             threads=threads, env=env)
     checkpoint = latest_checkpoint(run_dir)
-    say(f"{arm.name}: trained in {train_s / 60:.1f} min; predicting from {checkpoint.name}")
-    _, predict_s = run_logged(recipe.predict_cmd(arm, str(checkpoint)), run_dir / "predict.log",
-                              step=f"{arm.name} predict", threads=threads, env=env)
-    predictions = run_dir / "predictions" / checkpoint.name
+    predictions = run_dir / "predictions" / checkpoint.name    # training's folder, and predict.py's default
+    not_reused = why_not_reuse(predictions, checkpoint, run_dir, recipe, env)
+    if not_reused is None:
+        say(f"{arm.name}: trained in {train_s / 60:.1f} min; reusing the predictions training wrote for "
+            f"{checkpoint.name} ({predictions}), made as predict.py would make them: predict.py not run")
+        predict_s = None
+    else:
+        say(f"{arm.name}: trained in {train_s / 60:.1f} min; predicting from {checkpoint.name} "
+            f"(training's predictions not reused: {not_reused})")
+        _, predict_s = run_logged(recipe.predict_cmd(arm, str(checkpoint)), run_dir / "predict.log",
+                                  step=f"{arm.name} predict", threads=threads, env=env)
     _, vote_s = run_logged(recipe.vote_cmd(arm, str(predictions)), run_dir / "vote.log", step=f"{arm.name} vote")
     return arm_result(recipe, arm, train_s, predict_s, vote_s)
+
+
+# ------------------------------------------------------------------ predictions training wrote
+def training_evaluation(config: dict, world_size: int) -> dict:
+    """What decides the numbers of training's predictions, besides the weights: its resolved config
+    (all_config.yaml) and the processes that wrote them. (hrm/train.py's run_evaluation.)"""
+    from hrm.distributed import switch_on, uses_cuda
+    cuda = uses_cuda(config["device"])
+    return {"device": "cuda" if cuda else "cpu", "batch": config.get("eval_batch_size") or config["global_batch_size"],
+            "compiled": switch_on(config["compile_eval"], auto=switch_on(config["compile"], auto=cuda)),
+            "processes": world_size}
+
+
+def predict_evaluation(ranks: int) -> dict:
+    """The same for predict.py as `Recipe.predict_cmd` starts it: device, batch_size and compile
+    left to their defaults, on `ranks` processes."""
+    from evaluate.predict import default_batch_size
+    from hrm.distributed import switch_on, uses_cuda
+    cuda = uses_cuda("auto")
+    return {"device": "cuda" if cuda else "cpu", "batch": default_batch_size("auto"),
+            "compiled": switch_on("auto", auto=cuda), "processes": ranks}
+
+
+def why_not_reuse(predictions: Path, checkpoint: Path, run_dir: Path, recipe: Recipe, env: dict | None) -> str | None:
+    """None when the predictions training's evaluation wrote for `checkpoint`'s step are what
+    predict.py would write, so running it again would cost a pass over the test split (hours for
+    the paper's build) for the same files; else why not. The test split and the halt_max_steps
+    segments per row are the same by construction: both run hrm.evaluation.evaluate with the
+    loss head of the checkpoint's own model, and training evaluates the weights it then saves. What
+    can differ, and so must match: the build, the device, the batch (rows per process), torch.compile
+    and the number of processes."""
+    info_file = predictions / "info.json"      # written last: its presence marks the folder complete
+    if not info_file.is_file():
+        return f"training wrote none for {checkpoint.name}"
+    if env:   # the child's devices are not ours: this process cannot tell which predict.py would use
+        return f"predict.py would run with {' '.join(f'{k}={v}' for k, v in env.items())}"
+    try:
+        info = json.loads(info_file.read_text())
+        config = yaml.safe_load((run_dir / "all_config.yaml").read_text())
+        trained = training_evaluation(config, info["world_size"])
+        step = int(checkpoint.name.removeprefix("step_"))
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as e:
+        return f"cannot read how training evaluated ({type(e).__name__}: {e})"
+    if info.get("checkpoint") is not None or info.get("step") != step:   # predict.py names its checkpoint
+        return f"{info_file} is not training's evaluation of {checkpoint.name}"
+    if Path(info["data_path"]) != recipe.build.resolve():
+        return f"they are of the build {info['data_path']}"
+    missing = [f"rank_{r}.npz" for r in range(info["world_size"]) if not (predictions / f"rank_{r}.npz").is_file()]
+    if missing:
+        return f"{predictions} lacks {', '.join(missing)}"
+    wanted = predict_evaluation(recipe.ranks)
+    differ = [f"{key} {trained[key]} (predict.py: {wanted[key]})" for key in wanted if trained[key] != wanted[key]]
+    return f"training evaluated with {', '.join(differ)}" if differ else None
+
+
+def predictions_writer(run_dir: Path) -> str | None:
+    """Who wrote the predictions of the run's latest checkpoint that the vote read: "training" or
+    "predict.py" (info.json names the checkpoint only when predict.py wrote it); None if unknown."""
+    try:
+        info = json.loads((run_dir / "predictions" / latest_checkpoint(run_dir).name / "info.json").read_text())
+    except (ExperimentError, OSError, ValueError):
+        return None
+    return "training" if info.get("checkpoint") is None else "predict.py"
 
 
 def logged_command(log: Path) -> str | None:
@@ -164,6 +240,7 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
         "eval_token_accuracy": evaluation.get("accuracy"),
         "eval_lm_loss": evaluation.get("lm_loss"),
         "pass_at_k": {k: {"task": v["task"], "pair": v["pair"]} for k, v in vote["pass_at_k"].items()},
+        "predictions_by": predictions_writer(run_dir),
         "seconds": {"train": _round(train_s), "predict": _round(predict_s), "vote": _round(vote_s)},
     }
 
@@ -217,6 +294,7 @@ def results_markdown(report: dict) -> str:
     for k in ks:
         lines.append(row(f"pass@{k} task (pair)", [f"{_pct(a['pass_at_k'][k]['task'])} ({_pct(a['pass_at_k'][k]['pair'])})"
                                                    for a in arms]))
+    lines.append(row("predictions written by", [a.get("predictions_by") or "-" for a in arms]))
     lines.append(row("wall time train / predict / vote (s)",
                      [" / ".join("-" if a["seconds"][k] is None else f"{a['seconds'][k]:.0f}"
                                  for k in ("train", "predict", "vote")) for a in arms]))

@@ -29,11 +29,15 @@ Classification of a run, from its exit code and its per-step LM loss (`train/lm_
 
 From the command line, the status of finished runs (folders written by pretrain.py):
 
-    python scripts/run_status.py RUN_DIR... [--data BUILD] [--margin 0.05] [--window 40]
+    python scripts/run_status.py RUN_DIR... [--data BUILD] [--margin 0.05] [--window 50]
 
 A run folder does not record the trainer's exit code: its `diverged.json` stands for exit code 3,
 and otherwise the exit is taken as clean, so a run that crashed or is still going is classified by
-the losses it has logged so far.
+the losses it has logged so far. There one more label applies:
+  too-short a run that would be stuck but has logged fewer steps than the window: its mean is
+            mostly its first steps, which start above the floor in any run, so it says nothing yet.
+            (A short run whose mean is already below the floor is trained: the early steps only
+            raise that mean.)
 """
 from __future__ import annotations
 
@@ -46,11 +50,13 @@ import numpy as np
 import yaml
 
 TRAINED, DIVERGED, STUCK, ERROR = "trained", "diverged", "stuck", "error"
+TOO_SHORT = "too-short"                  # run_status.py's label for a run read while it may be training
 FINISHED = (TRAINED, DIVERGED, STUCK)    # statuses that are results; "error" is not
 EXIT_DIVERGED = 3                        # pretrain.py's exit code for a non-finite loss or gradient
 DEFAULT_MARGIN = 0.05                    # 5% below the floor counts as having left it
-DEFAULT_WINDOW = 40                      # steps averaged for "final loss": on a small build a batch of
-                                         # 8 rows holds ~2 puzzles, and 10-step means swing by +-0.4
+DEFAULT_WINDOW = 50                      # steps averaged for "final loss", here, in p_sweep.py and in
+                                         # compare.py's table: on a small build a batch of 8 rows holds
+                                         # ~2 puzzles, and 10-step means swing by +-0.4
 
 
 # --------------------------------------------------------------------------------- the floor
@@ -137,6 +143,15 @@ def classify_run(losses: list[float], floor: float, exit_code: int, margin: floa
     return TRAINED if final < floor * (1 - margin) else STUCK
 
 
+def classify_logged_run(losses: list[float], floor: float, exit_code: int, margin: float = DEFAULT_MARGIN,
+                        window: int = DEFAULT_WINDOW) -> str:
+    """`classify_run` for a run folder that may still be training (the command line): a run that
+    would be stuck with fewer steps than the window is TOO_SHORT. The p-sweep keeps `classify_run`:
+    its cells have run every step asked of them, so a short one is the result it asked for."""
+    status = classify_run(losses, floor, exit_code, margin, window)
+    return TOO_SHORT if status == STUCK and len(losses) < window else status
+
+
 def smoothed_min(losses: list[float], window: int = DEFAULT_WINDOW) -> float:
     """Lowest moving average (over `window` consecutive steps, or all when fewer) of a curve."""
     finite = [x for x in losses if math.isfinite(x)]
@@ -176,7 +191,7 @@ def find_build(run_dir: Path, data: str | None) -> Path:
 
 
 def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict:
-    """Status and loss figures of one run folder, classified as `classify_run` does."""
+    """Status and loss figures of one run folder, classified as `classify_logged_run` does."""
     # imported here: the library part of this module needs none of the experiment machinery
     from scripts.experiment_tools import last_eval, read_run_log, tail_mean, train_curve
     try:
@@ -186,7 +201,7 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
     losses = train_curve(log)
     exit_code = EXIT_DIVERGED if (run_dir / "diverged.json").is_file() else 0
     evaluation = last_eval(log)
-    return {"run": str(run_dir), "status": classify_run(losses, floor, exit_code, margin, window),
+    return {"run": str(run_dir), "status": classify_logged_run(losses, floor, exit_code, margin, window),
             "steps": len(losses), "final_loss": tail_mean(losses, window), "min_loss": smoothed_min(losses, window),
             "floor": floor, "eval_lm_loss": evaluation.get("lm_loss", math.nan),
             "eval_pass_at_2": evaluation.get("pass@2", math.nan)}   # NaN: not logged (eval_pass_k)

