@@ -27,7 +27,8 @@ from pydantic import ValidationError
 
 from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, exit_bad_config, explain_unknown_key,
                                  format_validation_error)
-from hrm.sweep import fresh_if_nothing_to_resume, is_multirun, sweep_record_on_rank_zero, sweep_tag
+from hrm.sweep import (fresh_if_nothing_to_resume, is_multirun, launcher_log_on_rank_zero, sweep_record_on_rank_zero,
+                       sweep_tag)
 
 EXIT_DIVERGED, EXIT_INTERRUPTED = 3, 130   # 130: as a shell reports Ctrl-C
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
@@ -44,7 +45,7 @@ def launch(hydra_config: DictConfig) -> None:
     except ValueError as e:
         exit_bad_config(f"error: {e}")
 
-    from hrm.distributed import init_distributed, shutdown
+    from hrm.distributed import AgreedOnEveryRank, init_distributed, shutdown
     from hrm.train import Trainer, TrainingDiverged
 
     try:
@@ -60,7 +61,9 @@ def launch(hydra_config: DictConfig) -> None:
         try:
             trainer = Trainer(config, info, run_tag=tag)
         except (ValueError, FileNotFoundError) as e:
-            print(f"pretrain.py: error: {e}", file=sys.stderr)
+            if isinstance(e, AgreedOnEveryRank):   # a start-up check: every rank raised it, with the same message
+                exit_bad_config(f"error: {e}")
+            print(f"pretrain.py: error: {e}", file=sys.stderr)   # this rank's alone: it says it itself
             sys.exit(EXIT_BAD_CONFIG)
         summary = trainer.fit()
         if info.is_main and summary["steps_run"] == 0:   # resumed at its end: nothing was left to do
@@ -138,6 +141,7 @@ def check_overrides(argv: list[str]) -> None:
 if __name__ == "__main__":
     check_overrides(sys.argv[1:])
     sys.argv = sys.argv[:1] + sweep_record_on_rank_zero(sys.argv[1:])
+    launcher_log_on_rank_zero()
     launch()
     from hrm.distributed import shutdown
     shutdown(wait_for_peers=True)   # a sweep's process group, kept across its jobs (no-op otherwise)

@@ -2,6 +2,8 @@
 
 `torchrun` sets RANK/WORLD_SIZE/LOCAL_RANK; a plain `python pretrain.py` is a world of one and
 never touches torch.distributed. NCCL on CUDA, gloo on CPU: the same code path either way.
+A stage that can fail on one rank alone ends with the ranks agreeing on its outcome
+(`agree_on_outcome`), so that no rank goes on into a collective a failed one never reaches.
 """
 from __future__ import annotations
 
@@ -138,3 +140,60 @@ def all_reduce_sum_(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         dist.barrier()
+
+
+class AgreedOnEveryRank:
+    """Marks an error every rank raised with the same message (`agree_on_outcome`): pretrain.py
+    says it once per machine rather than once per rank."""
+
+
+class RefusedOnEveryRank(AgreedOnEveryRank, ValueError):
+    """A stage refused on some rank (a bad setting, a damaged or foreign checkpoint), raised by all."""
+
+
+class MissingOnEveryRank(AgreedOnEveryRank, FileNotFoundError):
+    """A stage failed on some ranks, each for a missing file, raised by all."""
+
+
+def rank_span(ranks: list[int]) -> str:
+    """`rank 3`, `ranks 0-3, 6`: sorted ranks, runs of consecutive ones as ranges (8 nodes of 8
+    GPUs missing one file name a range per node, not 64 numbers)."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    spans = [str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs]
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(spans)
+
+
+def merge_rank_messages(messages: dict[int, str], world_size: int) -> str:
+    """One message for every rank from the failed ranks' (rank -> message): each distinct message
+    once, after the ranks it came from, unless every rank failed alike (then it is the message)."""
+    by_message: dict[str, list[int]] = {}
+    for rank in sorted(messages):
+        by_message.setdefault(messages[rank], []).append(rank)
+    if len(by_message) == 1 and len(messages) == world_size:
+        return next(iter(by_message))
+    return "\n".join(f"{rank_span(ranks)}: {message}" for message, ranks in by_message.items())
+
+
+def agree_on_outcome(stage, info: DistInfo, refusals=(ValueError, FileNotFoundError)):
+    """Run `stage()` on every rank (collective; `stage` itself must hold no collective) and return
+    its result. If it raised one of `refusals` on any rank, every rank raises the same error, with
+    the failed ranks' messages (merge_rank_messages): a check that fails on one rank only (a file
+    missing on one node) stops all of them, instead of leaving the others waiting in their next
+    collective. The error is a MissingOnEveryRank when every failure was a FileNotFoundError, else a
+    RefusedOnEveryRank; this rank's own error, if any, is its cause. Other exceptions propagate from
+    their rank as they are (torchrun then stops the rest)."""
+    try:
+        result, outcome, own = stage(), None, None
+    except refusals as e:
+        result, outcome, own = None, (isinstance(e, FileNotFoundError), str(e)), e
+    failed = {rank: o for rank, o in enumerate(gather_objects(outcome, info)) if o is not None}
+    if not failed:
+        return result
+    message = merge_rank_messages({rank: text for rank, (_, text) in failed.items()}, info.world_size)
+    all_missing = all(missing for missing, _ in failed.values())
+    raise (MissingOnEveryRank if all_missing else RefusedOnEveryRank)(message) from own

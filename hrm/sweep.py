@@ -7,13 +7,17 @@ and validates every job before the first one starts, and stops the sweep with ev
 
 A job's run name ends in its swept values (`sweep_tag`), so the jobs' runs, checkpoints and
 `resume=latest` stay apart. Under torchrun, the sweep's record (Hydra's multirun.yaml) is rank 0's
-(`sweep_record_on_rank_zero`).
+(`sweep_record_on_rank_zero`), and so is the launcher's log (`launcher_log_on_rank_zero`).
 """
 from __future__ import annotations
 
 import atexit
+import logging
 import os
+import re
 import shutil
+import socket
+import stat
 import sys
 import tempfile
 
@@ -24,6 +28,8 @@ from hrm.pretrain_config import (PretrainConfig, exit_bad_config, explain_unknow
                                  say_once_per_node)
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+_BASIC_LAUNCHER_LOG = "hydra._internal.core_plugins.basic_launcher"   # its module's logger
+_RECORD_PREFIX = "hrm-sweep-rank"   # the other ranks' temporary sweep records: hrm-sweep-rank<r>-<host>-<pid>
 
 
 def swept_keys(argv: list[str]) -> set[str]:
@@ -59,13 +65,75 @@ def sweep_record_on_rank_zero(argv: list[str]) -> list[str]:
     """Under torchrun every rank runs Hydra's sweeper, and each resolves the `${now:...}` of
     `hydra.sweep.dir` itself: a second apart, the ranks would leave two checkpoints/multirun/<time>
     records of one sweep. On the other ranks, `argv` gets a temporary sweep dir, removed at exit
-    (always: a config file can make a run a sweep; a single run never creates the folder)."""
+    (always: a config file can make a run a sweep; a single run never creates the folder); those
+    that a killed process left behind are removed first (remove_stale_sweep_records)."""
     rank = os.environ.get("RANK", "0")
     if rank == "0":
         return argv
-    record = os.path.join(tempfile.gettempdir(), f"hrm-sweep-rank{rank}-{os.getpid()}")
+    remove_stale_sweep_records()
+    record = os.path.join(tempfile.gettempdir(), f"{_RECORD_PREFIX}{rank}-{this_host()}-{os.getpid()}")
     atexit.register(shutil.rmtree, record, ignore_errors=True)
     return argv + [f"hydra.sweep.dir={record}"]
+
+
+def this_host() -> str:
+    """This machine's name, as it goes into a record's folder name: a character Hydra's override
+    grammar would read (`,` makes a sweep, `$` an interpolation) becomes `_`."""
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)     # signal 0: asks only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:     # it exists, as another user's
+        return True
+    return True
+
+
+def remove_stale_sweep_records(folder: str | None = None) -> list[str]:
+    """Remove the temporary sweep records of other ranks (sweep_record_on_rank_zero) whose process
+    died without running its atexit (SIGKILL, the OOM killer); returns their paths. Only folders
+    named exactly as ours, made on this machine (the host is in the name: a temp dir shared by
+    several nodes, or by containers with their own process ids, holds others' live records whose
+    pid means nothing here), owned by this user, not a link, and whose pid no longer runs. A pid
+    reused by a new process keeps its stale folder until that process ends too: harmless.
+    `folder`: where to look (default: the temp dir, where they are made)."""
+    folder = folder or tempfile.gettempdir()
+    ours = re.compile(rf"{_RECORD_PREFIX}\d+-{re.escape(this_host())}-([1-9]\d*)")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        found = ours.fullmatch(name)
+        if not found or process_alive(int(found[1])):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            info = os.lstat(path)
+        except OSError:     # just removed by another rank starting beside us
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _warning_or_worse(record: logging.LogRecord) -> bool:
+    """A logging filter: whether `record` is kept."""
+    return record.levelno >= logging.WARNING
+
+
+def launcher_log_on_rank_zero() -> None:
+    """Under torchrun every rank runs Hydra's basic launcher, whose log ("Launching 3 jobs
+    locally", "#0 : arch.scaling.p=0.4") would come once per rank: the other ranks keep only its
+    warnings and errors. A filter rather than a level: Hydra configures logging (dictConfig) again
+    as it launches, which can reset a logger's level but keeps its filters."""
+    if os.environ.get("RANK", "0") != "0":
+        logging.getLogger(_BASIC_LAUNCHER_LOG).addFilter(_warning_or_worse)
 
 
 def sweep_jobs(config: DictConfig, loader) -> tuple[list[list[str]], set[str]] | None:

@@ -27,8 +27,8 @@ from tqdm import tqdm
 from arc_data.dataset import EvalBatches, TrainBatches, load_split
 from arc_data.manifest import build_identity
 from hrm.diagnostics import visit_alignment
-from hrm.distributed import (DistInfo, all_reduce_grads_, all_reduce_sum_, broadcast_module_, broadcast_object,
-                             switch_on)
+from hrm.distributed import (DistInfo, agree_on_outcome, all_reduce_grads_, all_reduce_sum_, broadcast_module_,
+                             broadcast_object, switch_on)
 from hrm.evaluation import compiled_segment, evaluate, score_predictions, to_device, write_predictions
 from hrm.loss import ACTLossHead
 from hrm.model import HRM, Carry
@@ -156,15 +156,40 @@ class Trainer:
 
     def __post_init__(self):
         cfg, info = self.config, self.info
+        # the one collective before the checks (rank 0's clock names a default run); nothing before it can fail
+        self.project, self.run_name, self.run_dir = run_names(cfg, info, self.run_tag)
+        # Every start-up check, as one stage whose outcome the ranks exchange: a refusal on any rank
+        # (a checkpoint missing on one node, another build, a folder already in use) is raised by
+        # every rank with the same message, before any of them waits in a collective.
+        resumed_from = agree_on_outcome(self._prepare, info)
+        broadcast_module_(self.model, info)   # every rank from rank 0's weights (a checkpoint's too), to be sure
+        if info.is_main:
+            self._tell_start(resumed_from)
+
+        self.resolved_config = cfg.model_dump(mode="json", by_alias=True)  # logged, saved in checkpoints
+        self.log = None
+        if info.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(self.resolved_config, sort_keys=False))
+            self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name, config=self.resolved_config,
+                              wandb_mode=self.wandb_mode, entity=cfg.wandb.entity,
+                              append=bool(cfg.resume))
+            n_params = sum(p.numel() for p in self.model.parameters())
+            self.log.log({"num_params": n_params, **{f"scaling/{m}/{k}": v for m, s in self.model.scaling.items()
+                                                      if isinstance(s, dict) for k, v in s.items()
+                                                      if isinstance(v, (int, float))}}, step=self.step)
+
+    def _prepare(self) -> Path | None:
+        """Each rank's own start-up, every check included: data, model, optimizers, then the
+        checkpoint resumed (its folder is returned) or the fresh run's folder checked (None). Holds
+        no collective: agree_on_outcome runs it."""
+        cfg, info = self.config, self.info
         cfg.check_world_size(info.world_size)
         # W&B settings are checked before any work (a missing wandb package is named here).
         self.wandb_mode = resolve_wandb_mode(cfg.wandb.mode) if info.is_main else "disabled"
         self.train_split = load_split(cfg.data_path, "train")
         self.test_split = load_split(cfg.data_path, "test")
         self.data_identity = build_identity(cfg.data_path)   # saved with checkpoints, checked on resume
-        if self.test_split.num_examples == 0 and info.is_main:
-            print(f"warning: {cfg.data_path} has an empty test split (its sources had no `evaluation` subset), "
-                  f"so the evaluations measure nothing", file=sys.stderr, flush=True)
         meta = self.train_split.metadata
         self.reader = TrainBatches(self.train_split, global_batch_size=cfg.global_batch_size, seed=cfg.seed,
                                    rank=info.rank, world_size=info.world_size,
@@ -176,7 +201,6 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # identical initial weights everywhere (then broadcast, to be sure)
         self.model = HRM(cfg.arch, meta.vocab_size, meta.seq_len, meta.num_puzzle_identifiers,
                          verbose=info.is_main).to(info.device)
-        broadcast_module_(self.model, info)
         self.loss_head = ACTLossHead(self.model)
         self.optimizers = {"dense": AdamATan2(self.model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2),
                                               weight_decay=cfg.weight_decay)}
@@ -194,63 +218,67 @@ class Trainer:
         if switch_on(cfg.compile_eval, auto=compiled):
             self.eval_segment = compiled_segment(self.model)
 
-        self.project, self.run_name, self.run_dir = run_names(cfg, info, self.run_tag)
         self.step = 0
         self.carry = None
         self.evaluated_iterations = 0   # reader iterations whose evaluation has run
         self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0)
         if cfg.resume:
-            ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None)
-            if not (cfg.checkpoint_path or cfg.run_name):
-                self.run_dir = ckpt.parent  # keep writing into the run we continue
-            elif ckpt.parent.resolve() != self.run_dir.resolve() and list_checkpoints(self.run_dir):
-                # a fork (another run's checkpoint, this run's name) must not mix into a third run
-                raise ValueError(f"resume={cfg.resume}: this run's folder {self.run_dir} already holds checkpoints "
-                                 f"of its own; pass resume=latest to continue it, or another run_name / "
-                                 f"checkpoint_path to start a new branch from {ckpt}")
+            return self._resume()
+        self._check_fresh_folder()
+        return None
 
-            def check_resumable(saved_config: dict, saved_data: dict | None) -> None:
-                check_same_arch(saved_config, cfg, ckpt)
-                check_same_data(saved_config, saved_data, cfg, self.data_identity, ckpt)
-            state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info,
-                                    check_config=check_resumable)
-            self.step, self.carry = state["step"], state["carry"]
-            # torch's load_state_dict brings back the saved groups' settings too; this run's config
-            # says what they are now (the lr comes from the schedule at every step)
-            settings = {"dense": dict(betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay),
-                        "puzzle_emb": dict(weight_decay=cfg.puzzle_emb_weight_decay)}
-            for name, opt in self.optimizers.items():
-                for group in opt.param_groups:
-                    group.update(settings[name])
-            self.reader.load_state_dict(state["reader"])
-            saved = state["evaluated_iterations"]
-            self.evaluated_iterations = self.reader.iteration if saved is None else saved
-            if info.is_main:
-                branch = "" if ckpt.parent.resolve() == self.run_dir.resolve() else f", writing to {self.run_dir}"
-                print(f"resumed from {ckpt} at step {self.step}{branch}", flush=True)
-                self._archive_divergence()
-        else:
-            existing = list_checkpoints(self.run_dir)
-            if existing:  # never mix a new run into an old one's checkpoints and log
-                raise ValueError(f"{self.run_dir} already holds checkpoints ({existing[-1].name}); pass resume=latest "
-                                 f"to continue that run, or choose another run_name / checkpoint_path")
-            # exploration draws differ per rank, as rows do (HRM seeds seed + rank)
-            torch.manual_seed(cfg.seed + info.rank)
-            if info.is_main:   # a fresh start where an earlier attempt diverged before any checkpoint
-                self._archive_divergence()
+    def _resume(self) -> Path:
+        """Continue from the checkpoint `resume` names, once it is known to be this run's to
+        continue (architecture, build, batch order, folder): model, optimizers, reader position,
+        carry and random state. Returns the checkpoint's folder."""
+        cfg, info = self.config, self.info
+        ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None)
+        if not (cfg.checkpoint_path or cfg.run_name):
+            self.run_dir = ckpt.parent  # keep writing into the run we continue
+        elif ckpt.parent.resolve() != self.run_dir.resolve() and list_checkpoints(self.run_dir):
+            # a fork (another run's checkpoint, this run's name) must not mix into a third run
+            raise ValueError(f"resume={cfg.resume}: this run's folder {self.run_dir} already holds checkpoints "
+                             f"of its own; pass resume=latest to continue it, or another run_name / "
+                             f"checkpoint_path to start a new branch from {ckpt}")
 
-        self.resolved_config = cfg.model_dump(mode="json", by_alias=True)  # logged, saved in checkpoints
-        self.log = None
-        if info.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(self.resolved_config, sort_keys=False))
-            self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name, config=self.resolved_config,
-                              wandb_mode=self.wandb_mode, entity=cfg.wandb.entity,
-                              append=bool(cfg.resume))
-            n_params = sum(p.numel() for p in self.model.parameters())
-            self.log.log({"num_params": n_params, **{f"scaling/{m}/{k}": v for m, s in self.model.scaling.items()
-                                                      if isinstance(s, dict) for k, v in s.items()
-                                                      if isinstance(v, (int, float))}}, step=self.step)
+        def check_resumable(saved_config: dict, saved_data: dict | None) -> None:
+            check_same_arch(saved_config, cfg, ckpt)
+            check_same_data(saved_config, saved_data, cfg, self.data_identity, ckpt)
+        state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info,
+                                check_config=check_resumable)
+        self.step, self.carry = state["step"], state["carry"]
+        # torch's load_state_dict brings back the saved groups' settings too; this run's config
+        # says what they are now (the lr comes from the schedule at every step)
+        settings = {"dense": dict(betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay),
+                    "puzzle_emb": dict(weight_decay=cfg.puzzle_emb_weight_decay)}
+        for name, opt in self.optimizers.items():
+            for group in opt.param_groups:
+                group.update(settings[name])
+        self.reader.load_state_dict(state["reader"])
+        saved = state["evaluated_iterations"]
+        self.evaluated_iterations = self.reader.iteration if saved is None else saved
+        return ckpt
+
+    def _check_fresh_folder(self) -> None:
+        """A fresh run never mixes into an old one's checkpoints and log."""
+        existing = list_checkpoints(self.run_dir)
+        if existing:
+            raise ValueError(f"{self.run_dir} already holds checkpoints ({existing[-1].name}); pass resume=latest "
+                             f"to continue that run, or choose another run_name / checkpoint_path")
+        # exploration draws differ per rank, as rows do (HRM seeds seed + rank)
+        torch.manual_seed(self.config.seed + self.info.rank)
+
+    def _tell_start(self, resumed_from: Path | None) -> None:
+        """Rank 0, once every rank's checks have passed (nothing is said or moved for a refused
+        start): a useless test split, where the run resumes, an earlier divergence archived (a
+        fresh start where an earlier attempt diverged before any checkpoint, or a resumed one)."""
+        if self.test_split.num_examples == 0:
+            print(f"warning: {self.config.data_path} has an empty test split (its sources had no `evaluation` "
+                  f"subset), so the evaluations measure nothing", file=sys.stderr, flush=True)
+        if resumed_from is not None:
+            branch = "" if resumed_from.parent.resolve() == self.run_dir.resolve() else f", writing to {self.run_dir}"
+            print(f"resumed from {resumed_from} at step {self.step}{branch}", flush=True)
+        self._archive_divergence()
 
     # ------------------------------------------------------------------------------------ steps
     def train_step(self, batch: dict) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from hrm.checkpoint import CheckpointError, load_state_strict, read_torch_file, save_model
-from hrm.distributed import DistInfo, barrier, gather_objects
+from hrm.distributed import DistInfo, barrier
 from hrm.model import Carry
 
 FORMAT = "hrm-deeploop/train-v1"
@@ -171,7 +171,11 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
 
     The carry is restored only when the world size is unchanged (each rank's rows in flight are
     its own); otherwise every rank starts from a fresh carry. A file that cannot be read is named,
-    with the previous checkpoint suggested."""
+    with the previous checkpoint suggested.
+
+    Not collective: each rank reads its own rank file, so one rank can fail where the others
+    succeed; the caller exchanges the outcome (Trainer: hrm.distributed.agree_on_outcome), or
+    the others would go on into a collective the failed rank never reaches."""
     step_dir = Path(step_dir)
     hint = previous_checkpoint_hint(step_dir)
     trainer = read_torch_file(step_dir / "trainer.pt", hint)
@@ -189,21 +193,11 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
     carry = None
     rank_file = step_dir / f"rank_{info.rank}.pt"
     same_world = trainer["world_size"] == info.world_size
-    per_rank, problem = None, None
     if same_world:
-        try:
-            if not rank_file.is_file():   # written by every rank: its absence is damage, not a new world
-                raise CheckpointError(f"{rank_file}: missing (the checkpoint was written by {info.world_size} "
-                                      f"ranks, each with its rows in flight and random state){hint}")
-            per_rank = read_torch_file(rank_file, hint)
-        except CheckpointError as e:
-            problem = str(e)
-    # Each rank reads its own file: one rank's damaged file stops every rank (the others would go
-    # on into a collective the failed rank never reaches), each naming the file.
-    problems = [p for p in gather_objects(problem, info) if p]
-    if problems:
-        raise CheckpointError("; ".join(problems))
-    if same_world:
+        if not rank_file.is_file():   # written by every rank: its absence is damage, not a new world
+            raise CheckpointError(f"{rank_file}: missing (the checkpoint was written by {info.world_size} "
+                                  f"ranks, each with its rows in flight and random state){hint}")
+        per_rank = read_torch_file(rank_file, hint)
         carry = _carry_from_dict(per_rank["carry"], info.device, model.compute_dtype(info.device))
         _set_rng_state(per_rank["rng"])
     elif info.is_main:

@@ -543,8 +543,66 @@ def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_pat
     again = subprocess.run(cmd + ["max_steps=3", "resume=latest"], cwd=tmp_path, capture_output=True, text=True,
                            timeout=300, env=env)
     assert again.returncode != 0 and "resumed from" not in again.stdout, again.stdout[-2000:]
-    assert again.stderr.count(f"{damaged} is not a checkpoint") == 2, again.stderr[-3000:]
+    # said once (both ranks raise it: LOCAL_RANK 0 says it), naming the rank whose file it is
+    assert again.stderr.count(f"pretrain.py: error: rank 1: {damaged} is not a checkpoint") == 1, again.stderr[-3000:]
+    assert again.stderr.count(f"{damaged} is not a checkpoint") == 1, again.stderr[-3000:]
     assert f"resume={run / 'step_1'} continues from the previous checkpoint" in again.stderr
+
+
+def run_ranks(cmd: list[str], cwd: Path, env: dict, port: int, world_size: int = 2,
+              timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """`cmd` as the ranks of one gloo group on this machine, each with the environment torchrun
+    gives it, but without torchrun: that stops the other ranks as soon as one exits and reports
+    one exit status, where this returns every rank's own status and output."""
+    import tempfile
+    ranks = []
+    try:
+        for rank in range(world_size):
+            out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+            rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                            LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            ranks.append((subprocess.Popen(cmd, cwd=cwd, env=rank_env, stdout=out, stderr=err, text=True), out, err))
+        done = []
+        for proc, out, err in ranks:
+            proc.wait(timeout=timeout)
+            out.seek(0)
+            err.seek(0)
+            done.append(subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read()))
+        return done
+    finally:
+        for proc, out, err in ranks:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            out.close()
+            err.close()
+
+
+def test_a_start_refused_under_two_ranks_is_said_once_and_every_rank_exits_2(small_build, tmp_path):
+    """The trainer's start-up checks are one stage whose outcome the ranks exchange. Refused on
+    every rank (resume=latest over a folder without checkpoints): said once, in its own words, and
+    every rank exits 2. Refused on one rank only (here its checkpoint_path, by RANK, holds a
+    checkpoint; on a cluster, a file missing on one node): the other rank neither trains nor waits
+    in a collective, and the message names the rank."""
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    empty = tmp_path / "empty"
+    ranks = run_ranks(pretrain_cmd(small_build, empty, "resume=latest"), tmp_path, env, port=29525)
+    stderr = "".join(r.stderr for r in ranks)
+    assert [r.returncode for r in ranks] == [2, 2], stderr[-3000:]
+    assert stderr.count("error: resume=latest") == 1, stderr[-3000:]
+    assert f"pretrain.py: error: resume=latest: no checkpoint under {empty}\n" in ranks[0].stderr
+    assert "Traceback" not in stderr
+
+    (tmp_path / "run1" / "step_1").mkdir(parents=True)
+    (tmp_path / "run1" / "step_1" / "trainer.pt").write_bytes(b"")
+    ranks = run_ranks(pretrain_cmd(small_build, tmp_path / "run${oc.env:RANK}", "max_steps=1"), tmp_path, env,
+                      port=29527)
+    stderr = "".join(r.stderr for r in ranks)
+    assert [r.returncode for r in ranks] == [2, 2], stderr[-3000:]
+    assert stderr.count("already holds checkpoints") == 1, stderr[-3000:]
+    assert (f"pretrain.py: error: rank 1: {tmp_path / 'run1'} already holds checkpoints (step_1); pass resume=latest"
+            in ranks[0].stderr)
+    assert "Traceback" not in stderr and not (tmp_path / "run0").exists()
 
 
 def test_ctrl_c_says_where_the_run_stands(small_build, tmp_path):
@@ -713,6 +771,8 @@ def test_a_sweep_under_torchrun_runs_every_job(small_build, tmp_path):
     run = subprocess.run([a.replace("max_steps=3", "max_steps=2") for a in cmd], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
+    # Hydra's launcher log, from rank 0 alone
+    assert run.stdout.count("Launching 3 jobs locally") == 1 and run.stdout.count("#0 : ") == 1, run.stdout[-3000:]
     runs = sorted(r.name.split("-", 3)[-1] for r in (tmp_path / "checkpoints" / "sweep").iterdir())
     assert runs == ["arch.scaling.p=0.4", "arch.scaling.p=0.5", "arch.scaling.p=0.6"]
     assert os.listdir(tmp_path / "checkpoints" / "multirun") == ["rank0"]
