@@ -53,7 +53,7 @@ def launch(hydra_config: DictConfig) -> None:
     except RuntimeError as e:   # device=cuda without CUDA, or this rank's GPU missing: every rank says
         print(f"pretrain.py: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
-    finished, trainer = False, None
+    finished, agreed, trainer = False, False, None
     tag = sweep_tag()
     try:
         if tag and config.resume == "latest" and (config.checkpoint_path or config.run_name):
@@ -62,6 +62,7 @@ def launch(hydra_config: DictConfig) -> None:
             trainer = Trainer(config, info, run_tag=tag)
         except (ValueError, FileNotFoundError) as e:
             if isinstance(e, AgreedOnEveryRank):   # a start-up check: every rank raised it, with the same message
+                agreed = True                          # so every rank reaches the barrier on the way out
                 exit_bad_config(f"error: {e}")
             print(f"pretrain.py: error: {e}", file=sys.stderr)   # this rank's alone: it says it itself
             sys.exit(EXIT_BAD_CONFIG)
@@ -88,8 +89,10 @@ def launch(hydra_config: DictConfig) -> None:
     finally:
         # A sweep keeps its process group for the next job: a group destroyed and made again on
         # the same torchrun store can deadlock its first collective (PyTorch reuses the store keys).
+        # Ranks that stop together wait for each other first: gloo torn down while a peer still
+        # talks to it aborts the peer, and a rank that exits early makes torchrun stop the rest.
         if not (is_multirun() and finished):
-            shutdown(wait_for_peers=finished)
+            shutdown(wait_for_peers=finished or agreed)
 
 
 def check_overrides(argv: list[str]) -> None:

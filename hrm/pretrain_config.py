@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -106,17 +107,37 @@ def format_validation_error(err: ValidationError) -> str:
 EXIT_BAD_CONFIG = 2   # pretrain.py's exit status for a config that cannot run
 
 
+SILENT_RANK_WAIT_S = 30   # how long a rank that leaves the saying to another waits before exiting (exit_bad_config)
+
+
+def speaks_for_node() -> bool:
+    """Whether this process is the one per machine that says what every rank found (LOCAL_RANK 0;
+    LOCAL_RANK unset: a single process)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0"
+
+
 def say_once_per_node(message: str) -> None:
     """`pretrain.py: message` on stderr from one process per machine: under torchrun every rank
     checks the same config and would print the same message; one process per node (LOCAL_RANK 0)
-    says it, since a path can be missing on one node only (LOCAL_RANK unset: one process)."""
-    if os.environ.get("LOCAL_RANK", "0") == "0":
+    says it, since a path can be missing on one node only."""
+    if speaks_for_node():
         print(f"pretrain.py: {message}", file=sys.stderr, flush=True)
 
 
+def _in_process_group() -> bool:
+    dist = sys.modules.get("torch.distributed")   # not imported: certainly not in one
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
 def exit_bad_config(message: str):
-    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine."""
+    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine. torchrun stops every
+    rank as soon as one exits: a silent rank that exited first could take the speaking one down
+    before it printed, and the message would be lost. So a silent rank outside a process group
+    waits (the speaker's exit ends the wait: torchrun then stops it); inside one, the caller leaves
+    through a barrier (pretrain.py), which the speaker reaches only after printing."""
     say_once_per_node(message)
+    if not speaks_for_node() and not _in_process_group():
+        time.sleep(SILENT_RANK_WAIT_S)
     sys.exit(EXIT_BAD_CONFIG)
 
 
