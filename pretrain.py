@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
 from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, exit_bad_config, explain_unknown_key,
-                                 format_validation_error)
+                                 format_validation_error, say_once_per_node)
 from hrm.sweep import (fresh_if_nothing_to_resume, is_multirun, launcher_log_on_rank_zero, sweep_record_on_rank_zero,
                        sweep_tag)
 
@@ -75,7 +75,10 @@ def launch(hydra_config: DictConfig) -> None:
                   f"checkpoints in {trainer.run_dir}", flush=True)
         finished = True
     except TrainingDiverged as e:
-        print(f"pretrain.py: error: {e}", file=sys.stderr)
+        # every rank sees the same all-reduced loss and gradient norm, so every rank stops here at
+        # the same step: said once, and they leave together (rank 0 writes diverged.json first)
+        agreed = True
+        say_once_per_node(f"error: {e}")
         if not is_multirun():
             sys.exit(EXIT_DIVERGED)
         diverged_jobs.append(trainer.run_name)   # a sweep goes on with its next job

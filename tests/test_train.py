@@ -605,6 +605,21 @@ def test_a_start_refused_under_two_ranks_is_said_once_and_every_rank_exits_2(sma
     assert "Traceback" not in stderr and not (tmp_path / "run0").exists()
 
 
+def test_a_divergence_under_two_ranks_is_recorded_and_said_once(small_build, tmp_path):
+    """Both ranks see the same all-reduced non-finite loss at the same step: both exit 3, the
+    reason is said once, and rank 0's diverged.json is written (a rank exiting first could have
+    had torchrun stop rank 0 before it wrote the record the p-sweep reads)."""
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    run = tmp_path / "run"
+    ranks = run_ranks(pretrain_cmd(small_build, run, "lr=1e30", "max_steps=6"), tmp_path, env, port=29529)
+    stderr = "".join(r.stderr for r in ranks)
+    assert [r.returncode for r in ranks] == [3, 3], stderr[-3000:]
+    assert stderr.count("training diverged: non-finite") == 1, stderr[-3000:]
+    assert "pretrain.py: error: training diverged" in ranks[0].stderr
+    assert "Traceback" not in stderr and "terminate called" not in stderr
+    assert json.loads((run / "diverged.json").read_text())["step"] <= 6
+
+
 def test_ctrl_c_says_where_the_run_stands(small_build, tmp_path):
     """SIGINT (Ctrl-C) during training: exit 130 with the step and how to continue, no traceback."""
     run = tmp_path / "run"
