@@ -185,8 +185,8 @@ def agree_on_outcome(stage, info: DistInfo, refusals=(ValueError, FileNotFoundEr
     the failed ranks' messages (merge_rank_messages): a check that fails on one rank only (a file
     missing on one node) stops all of them, instead of leaving the others waiting in their next
     collective. The error is a MissingOnEveryRank when every failure was a FileNotFoundError, else a
-    RefusedOnEveryRank; this rank's own error, if any, is its cause. Other exceptions propagate from
-    their rank as they are (torchrun then stops the rest)."""
+    RefusedOnEveryRank; this rank's own error, if any, is its cause. Other exceptions (bugs)
+    propagate from their rank as they are."""
     try:
         result, outcome, own = stage(), None, None
     except refusals as e:

@@ -132,11 +132,14 @@ def _in_process_group() -> bool:
 def exit_bad_config(message: str):
     """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine. torchrun stops every
     rank as soon as one exits: a silent rank that exited first could take the speaking one down
-    before it printed, and the message would be lost. So a silent rank outside a process group
-    waits (the speaker's exit ends the wait: torchrun then stops it); inside one, the caller leaves
-    through a barrier (pretrain.py), which the speaker reaches only after printing."""
+    before it printed, and the message would be lost. So inside a process group (a sweep's later
+    job, a start-up check every rank refused) the ranks meet at a barrier first, which the speaker
+    reaches only after printing (every caller's check is one every rank makes alike); outside one,
+    a silent rank waits (the speaker's exit ends the wait: torchrun then stops it)."""
     say_once_per_node(message)
-    if not speaks_for_node() and not _in_process_group():
+    if _in_process_group():
+        sys.modules["torch.distributed"].barrier()
+    elif not speaks_for_node():
         time.sleep(SILENT_RANK_WAIT_S)
     sys.exit(EXIT_BAD_CONFIG)
 

@@ -232,7 +232,8 @@ class Trainer:
         continue (architecture, build, batch order, folder): model, optimizers, reader position,
         carry and random state. Returns the checkpoint's folder."""
         cfg, info = self.config, self.info
-        ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None)
+        ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None,
+                              other_projects=not cfg.checkpoint_path)
         if not (cfg.checkpoint_path or cfg.run_name):
             self.run_dir = ckpt.parent  # keep writing into the run we continue
         elif ckpt.parent.resolve() != self.run_dir.resolve() and list_checkpoints(self.run_dir):

@@ -108,9 +108,11 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete step folders, oldest first."""
+    """Complete step folders, oldest first. Only `step_<N>` counts: a copy beside them
+    (`step_7.bak`, `step_best`) is not one of the run's checkpoints (nor a crash of the sort)."""
     run_dir = Path(run_dir)
-    found = [p for p in run_dir.glob("step_*") if p.is_dir() and (p / "trainer.pt").is_file()]
+    found = [p for p in run_dir.glob("step_*")
+             if p.name[5:].isdigit() and p.is_dir() and (p / "trainer.pt").is_file()]
     return sorted(found, key=lambda p: int(p.name.split("_")[1]))
 
 
@@ -127,9 +129,11 @@ def same_name_elsewhere(run_dir: Path, shown: int = 3) -> str:
             f"the project defaults to '<data folder>-hrm')")
 
 
-def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
+def resolve_resume(resume: str, run_dir: str | Path | None, other_projects: bool = True) -> Path:
     """`resume=latest` (the newest checkpoint of the run folder), a step folder, or another run's
-    folder (its newest checkpoint, as `latest` picks it there)."""
+    folder (its newest checkpoint, as `latest` picks it there). `other_projects`: whether the run
+    folder is checkpoints/<project>/<run>, so that a `latest` that finds nothing may name runs of the
+    same name in other projects (not with checkpoint_path, where project_name changes nothing)."""
     if resume == "latest":
         if run_dir is None:
             raise ValueError("resume=latest needs the run's folder: set checkpoint_path (or project_name and run_name)")
@@ -138,7 +142,8 @@ def resolve_resume(resume: str, run_dir: str | Path | None) -> Path:
             return Path(run_dir) / pointer.read_text().strip()
         found = list_checkpoints(run_dir)
         if not found:
-            raise FileNotFoundError(f"resume=latest: no checkpoint under {run_dir}{same_name_elsewhere(Path(run_dir))}")
+            elsewhere = same_name_elsewhere(Path(run_dir)) if other_projects else ""
+            raise FileNotFoundError(f"resume=latest: no checkpoint under {run_dir}{elsewhere}")
         return found[-1]
     path = Path(resume)
     if (path / "trainer.pt").is_file():

@@ -395,3 +395,14 @@ def test_folders_without_a_checkpoint_are_explained(small_build, tmp_path, capsy
     (tmp_path / "empty").mkdir()
     assert predict.main([f"checkpoint={tmp_path / 'empty'}"]) == 2
     assert f"checkpoint {tmp_path / 'empty'}: a folder without model.pt" in one_line_error(capsys)
+
+
+def test_a_copy_beside_the_step_folders_is_not_a_checkpoint(small_build, tmp_path, capsys):
+    """`cp -r step_7 step_7.bak` in a run folder: step_7 still evaluates (the previous-checkpoint
+    hint lists the run's step_<N> folders only), and the run folder still means step_7."""
+    import shutil
+    run = write_run_folder(small_build, tmp_path, latest=None)
+    shutil.copytree(run / "step_7", run / "step_7.bak")
+    shutil.copytree(run / "step_7", run / "step_best")
+    assert predict.main([f"checkpoint={run / 'step_7'}", "batch_size=16"]) == 0, capsys.readouterr().err
+    assert predict.resolve_checkpoint(str(run)) == str(run / "step_7")

@@ -189,6 +189,20 @@ def test_resume_latest_that_finds_nothing_names_the_same_run_in_another_project(
     assert str(alone.value) == f"resume=latest: no checkpoint under {checkpoints / 'small-hrm' / 'Y'}"
 
 
+def test_resume_latest_with_a_checkpoint_path_names_no_other_project(small_build, tmp_path):
+    """checkpoint_path=WORK/lr0.001/p0.300 (a p-sweep cell) with nothing to resume, beside a cell of
+    the same name under another lr: it is not 'another project', and project_name would change
+    nothing (the folder is checkpoint_path), so no such hint."""
+    other = tmp_path / "work" / "lr0.003" / "p0.300"
+    (other / "step_4").mkdir(parents=True)
+    (other / "step_4" / "trainer.pt").write_bytes(b"")
+    mine = tmp_path / "work" / "lr0.001" / "p0.300"
+    mine.mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as refused:
+        Trainer(micro_config(small_build, mine, resume="latest"), CPU, progress=False)
+    assert str(refused.value) == f"resume=latest: no checkpoint under {mine}"
+
+
 def test_resume_from_another_runs_checkpoint_with_a_run_name_starts_a_branch(small_build, tmp_path, monkeypatch):
     """`resume=<run A's step> run_name=B`: B continues from A's checkpoint in its own folder; A is
     left as it was (it used to get B's checkpoints and config). A third run is never mixed in."""
