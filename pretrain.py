@@ -14,12 +14,13 @@ its swept values: `<arch>-<time>-arch.scaling.p=0.3` by default, `<run_name>-arc
 run_name, `<checkpoint_path>/arch.scaling.p=0.3` with checkpoint_path (so `resume=latest` continues
 every job's own run, and starts afresh a job without a checkpoint). A diverged job is recorded
 (diverged.json) without stopping the others; the sweep exits 3 at the end. Under torchrun the jobs
-share one process group.
+share one process group, and an error on any rank stops the sweep (torchrun stops every rank).
 """
 from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -89,6 +90,14 @@ def launch(hydra_config: DictConfig) -> None:
                      f"newest with resume={trainer.run_dir}") if trainer is not None else "before training"
             print(f"\npretrain.py: interrupted {where}", file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)
+    except Exception:
+        if is_multirun() and info.world_size > 1:
+            # Hydra notes a job's exception and starts the next job; under torchrun this rank alone
+            # would, while the others still wait in this job's collectives (one GPU out of memory:
+            # a hang until the NCCL timeout). Stop this process instead: torchrun then stops the rest.
+            traceback.print_exc()
+            sys.exit(1)
+        raise
     finally:
         # A sweep keeps its process group for the next job: a group destroyed and made again on
         # the same torchrun store can deadlock its first collective (PyTorch reuses the store keys).

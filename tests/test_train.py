@@ -808,6 +808,33 @@ def test_a_sweep_under_torchrun_runs_every_job(small_build, tmp_path):
     assert (tmp_path / "checkpoints" / "multirun" / "rank0" / "multirun.yaml").is_file()
 
 
+def test_a_job_failing_on_one_rank_stops_a_torchrun_sweep(small_build, tmp_path):
+    """An exception on one rank only (one GPU out of memory, here an injected error at rank 1's
+    second step): Hydra would note it and start the next job on that rank alone while rank 0 waits
+    in the first job's collectives (a hang). The failing rank stops; torchrun stops the other."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK') == '1':\n"
+        "    import hrm.train\n"
+        "    step = hrm.train.Trainer.train_step\n"
+        "    def failing(self, batch):\n"
+        "        if self.step == 1:\n"
+        "            raise RuntimeError('injected failure on rank 1')\n"
+        "        return step(self, batch)\n"
+        "    hrm.train.Trainer.train_step = failing\n")
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    cmd = sweep_cmd(small_build, "arch.scaling.p=0.4,0.5")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29531"] + cmd[1:]
+    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240, env=env)
+    assert run.returncode != 0, run.stderr[-3000:]
+    assert "RuntimeError: injected failure on rank 1" in run.stderr, run.stderr[-3000:]
+    runs = [r.name for r in (tmp_path / "checkpoints" / "sweep").iterdir()]
+    assert len(runs) == 1 and runs[0].endswith("arch.scaling.p=0.4"), runs    # the second job never started
+
+
 def test_the_sweep_check_resolves_hydra_interpolations_as_the_jobs_will(small_build, tmp_path):
     """`${hydra:job.num}` in a config file or on the command line resolves in the check as in the
     job (it is not a bad job, and the check is not skipped): only the really bad job is named."""
