@@ -36,6 +36,7 @@ from hrm.checkpoint import read_torch_file as read_checkpoint_file  # noqa: E402
 from hrm.distributed import check_device, init_distributed, shutdown, switch_on, uses_cuda  # noqa: E402
 from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
+from hrm.pretrain_config import let_the_speaker_finish, say_once_per_node  # noqa: E402
 from hrm.train_checkpoint import list_checkpoints, previous_checkpoint_hint, resolve_resume  # noqa: E402
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
@@ -189,6 +190,14 @@ def check_same_build(trained_on: dict | None, data_path: str, checkpoint: str) -
                            f"belong to another puzzle; pass the training build as data_path")
 
 
+def refuse(message: str) -> int:
+    """Exit status 2 for arguments, checkpoint or build that cannot be evaluated, said once per
+    machine under torchrun: every rank checks the same files before the process group exists."""
+    say_once_per_node(f"error: {message}", program="predict.py")
+    let_the_speaker_finish()
+    return 2
+
+
 def main(argv=None) -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -200,19 +209,15 @@ def main(argv=None) -> int:
         test = load_split(data_path, "test")
         check_same_build(trained_on, data_path, args["checkpoint"])
     except (PredictError, ValueError, FileNotFoundError) as e:
-        print(f"predict.py: error: {e}", file=sys.stderr)
-        return 2
+        return refuse(str(e))
     if test.metadata.num_puzzle_identifiers != model.num_puzzle_identifiers:
-        print(f"predict.py: error: the checkpoint's puzzle-embedding table has {model.num_puzzle_identifiers:,} "
-              f"rows but the build {data_path} has {test.metadata.num_puzzle_identifiers:,} puzzle identifiers: "
-              f"they do not belong together (for the released ARC-AGI-2 checkpoint, build with --listing-order "
-              f"reverse)", file=sys.stderr)
-        return 2
+        return refuse(f"the checkpoint's puzzle-embedding table has {model.num_puzzle_identifiers:,} "
+                      f"rows but the build {data_path} has {test.metadata.num_puzzle_identifiers:,} puzzle identifiers: "
+                      f"they do not belong together (for the released ARC-AGI-2 checkpoint, build with --listing-order "
+                      f"reverse)")
     if test.metadata.seq_len != model.seq_len or test.metadata.vocab_size != model.vocab_size:
-        print(f"predict.py: error: the build {data_path} has seq_len {test.metadata.seq_len}, "
-              f"vocab {test.metadata.vocab_size}; the checkpoint expects {model.seq_len}, {model.vocab_size}",
-              file=sys.stderr)
-        return 2
+        return refuse(f"the build {data_path} has seq_len {test.metadata.seq_len}, "
+                      f"vocab {test.metadata.vocab_size}; the checkpoint expects {model.seq_len}, {model.vocab_size}")
 
     try:
         info = init_distributed(args["device"])

@@ -116,12 +116,12 @@ def speaks_for_node() -> bool:
     return os.environ.get("LOCAL_RANK", "0") == "0"
 
 
-def say_once_per_node(message: str) -> None:
-    """`pretrain.py: message` on stderr from one process per machine: under torchrun every rank
+def say_once_per_node(message: str, program: str = "pretrain.py") -> None:
+    """`<program>: message` on stderr from one process per machine: under torchrun every rank
     checks the same config and would print the same message; one process per node (LOCAL_RANK 0)
     says it, since a path can be missing on one node only."""
     if speaks_for_node():
-        print(f"pretrain.py: {message}", file=sys.stderr, flush=True)
+        print(f"{program}: {message}", file=sys.stderr, flush=True)
 
 
 def _in_process_group() -> bool:
@@ -129,18 +129,23 @@ def _in_process_group() -> bool:
     return dist is not None and dist.is_available() and dist.is_initialized()
 
 
-def exit_bad_config(message: str):
-    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine. torchrun stops every
-    rank as soon as one exits: a silent rank that exited first could take the speaking one down
-    before it printed, and the message would be lost. So inside a process group (a sweep's later
-    job, a start-up check every rank refused) the ranks meet at a barrier first, which the speaker
-    reaches only after printing (every caller's check is one every rank makes alike); outside one,
-    a silent rank waits (the speaker's exit ends the wait: torchrun then stops it)."""
-    say_once_per_node(message)
+def let_the_speaker_finish() -> None:
+    """Before a refusal every rank made alike (say_once_per_node) ends the process. torchrun stops
+    every rank as soon as one exits: a silent rank that exited first could take the speaking one
+    down before it printed, and the message would be lost. So inside a process group (a sweep's
+    later job, a start-up check every rank refused) the ranks meet at a barrier, which the speaker
+    reaches only after printing; outside one, a silent rank waits (the speaker's exit ends the
+    wait: torchrun then stops it)."""
     if _in_process_group():
         sys.modules["torch.distributed"].barrier()
     elif not speaks_for_node():
         time.sleep(SILENT_RANK_WAIT_S)
+
+
+def exit_bad_config(message: str):
+    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine."""
+    say_once_per_node(message)
+    let_the_speaker_finish()
     sys.exit(EXIT_BAD_CONFIG)
 
 

@@ -1,6 +1,9 @@
 """evaluate/predict.py: our checkpoints and the original code's give the same predictions files,
 equal to the model's own evaluation forward, and a checkpoint that does not fit the build is refused."""
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from conftest import ROOT
 from evaluate import predict
 from hrm.checkpoint import load_original_checkpoint, save_model
 from tests.test_model_reference import original_config, random_original_weights
@@ -406,3 +410,15 @@ def test_a_copy_beside_the_step_folders_is_not_a_checkpoint(small_build, tmp_pat
     shutil.copytree(run / "step_7", run / "step_best")
     assert predict.main([f"checkpoint={run / 'step_7'}", "batch_size=16"]) == 0, capsys.readouterr().err
     assert predict.resolve_checkpoint(str(run)) == str(run / "step_7")
+
+
+def test_under_torchrun_a_refusal_is_said_once(tmp_path):
+    """Every rank checks the same arguments and files before the process group exists: LOCAL_RANK 0
+    says what is wrong, the others say nothing and outwait it (exiting first, they could have had
+    torchrun stop it before it printed)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
+           str(ROOT / "evaluate" / "predict.py"), f"checkpoint={tmp_path / 'nowhere'}"]
+    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert run.returncode != 0
+    assert run.stderr.count(f"predict.py: error: checkpoint {tmp_path / 'nowhere'}: no such file") == 1, run.stderr[-3000:]
