@@ -62,10 +62,11 @@ def launch(hydra_config: DictConfig) -> None:
         try:
             trainer = Trainer(config, info, run_tag=tag)
         except (ValueError, FileNotFoundError) as e:
-            if isinstance(e, AgreedOnEveryRank):   # a start-up check: every rank raised it, with the same message
-                agreed = True                          # so every rank reaches the barrier on the way out
-                exit_bad_config(f"error: {e}")
-            print(f"pretrain.py: error: {e}", file=sys.stderr)   # this rank's alone: it says it itself
+            agreed = isinstance(e, AgreedOnEveryRank)   # a start-up check every rank raised, with one message:
+            if agreed:                                   # said once, and every rank meets the others on the way out
+                say_once_per_node(f"error: {e}")
+            else:                                        # this rank's alone: it says it itself
+                print(f"pretrain.py: error: {e}", file=sys.stderr)
             sys.exit(EXIT_BAD_CONFIG)
         summary = trainer.fit()
         if info.is_main and summary["steps_run"] == 0:   # resumed at its end: nothing was left to do

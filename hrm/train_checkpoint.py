@@ -113,7 +113,7 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     run_dir = Path(run_dir)
     found = [p for p in run_dir.glob("step_*")
              if p.name[5:].isdigit() and p.is_dir() and (p / "trainer.pt").is_file()]
-    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+    return sorted(found, key=lambda p: int(p.name[5:]))
 
 
 def same_name_elsewhere(run_dir: Path, shown: int = 3) -> str:
