@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
 from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, exit_bad_config, explain_unknown_key,
-                                 format_validation_error, say_once_per_node)
+                                 format_validation_error, say_once_per_node, speaks_for_node)
 from hrm.sweep import (fresh_if_nothing_to_resume, is_multirun, launcher_log_on_rank_zero, sweep_record_on_rank_zero,
                        sweep_tag)
 
@@ -86,7 +86,7 @@ def launch(hydra_config: DictConfig) -> None:
         diverged_jobs.append(trainer.run_name)   # a sweep goes on with its next job
         finished = True
     except KeyboardInterrupt:   # Ctrl-C: where things stand, not a traceback (once per machine)
-        if info.local_rank == 0:
+        if speaks_for_node():
             where = (f"at step {trainer.step}; the run's checkpoints are in {trainer.run_dir}: continue from the "
                      f"newest with resume={trainer.run_dir}") if trainer is not None else "before training"
             print(f"\npretrain.py: interrupted {where}", file=sys.stderr, flush=True)

@@ -111,9 +111,10 @@ SILENT_RANK_WAIT_S = 30   # how long a rank that leaves the saying to another wa
 
 
 def speaks_for_node() -> bool:
-    """Whether this process is the one per machine that says what every rank found (LOCAL_RANK 0;
-    LOCAL_RANK unset: a single process)."""
-    return os.environ.get("LOCAL_RANK", "0") == "0"
+    """Whether this process is the one per machine that says what every rank found: LOCAL_RANK 0
+    of several, or a single process (WORLD_SIZE unset or 1, whatever LOCAL_RANK a scheduler left
+    in the environment: nobody else would say it)."""
+    return os.environ.get("LOCAL_RANK", "0") == "0" or os.environ.get("WORLD_SIZE", "1") == "1"
 
 
 def say_once_per_node(message: str, program: str = "pretrain.py") -> None:

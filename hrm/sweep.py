@@ -189,11 +189,15 @@ def tell_problems(by_problem: dict[str, list[str]], total: int, noun: str, named
 
 def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> PretrainConfig:
     """`resume=latest` over a sweep: a job whose run has no checkpoint (it diverged or was killed
-    before its first one, or never ran) starts afresh instead of stopping the sweep."""
+    before its first one, or never ran) starts afresh instead of stopping the sweep. Collective:
+    only when no rank finds one, since without a shared filesystem each node looks in its own
+    folder; when some do, the job resumes, and the Trainer's agreed start-up check names the ranks
+    that have nothing to resume from (a rank starting afresh beside resuming ones would train on)."""
+    from hrm.distributed import gather_objects
     from hrm.train import run_names
     from hrm.train_checkpoint import list_checkpoints
     run_dir = run_names(config, info, tag)[2]
-    if list_checkpoints(run_dir):
+    if any(gather_objects(bool(list_checkpoints(run_dir)), info)):
         return config
     if info.is_main:
         print(f"pretrain.py: nothing to resume in {run_dir}: this job of the sweep starts afresh", flush=True)

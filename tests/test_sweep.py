@@ -70,3 +70,31 @@ def test_other_ranks_keep_only_the_launchers_warnings(monkeypatch):
     sweep.launcher_log_on_rank_zero()
     assert not launcher.filter(launcher.makeRecord(launcher.name, logging.INFO, "", 0, "Launching 2 jobs", None, None))
     assert launcher.filter(launcher.makeRecord(launcher.name, logging.WARNING, "", 0, "careful", None, None))
+
+
+def test_a_sweep_job_starts_afresh_only_when_no_rank_has_a_checkpoint(tmp_path, monkeypatch):
+    """`-m ... resume=latest`: each rank looks in its own folder (nodes need not share a
+    filesystem). Nothing anywhere: the job starts afresh. A checkpoint on some ranks only: it
+    resumes, so that the Trainer's agreed check names the ranks without one, rather than some
+    ranks training from scratch beside others that resumed."""
+    import hrm.distributed
+    from hrm.distributed import DistInfo
+    from hrm.pretrain_config import PretrainConfig
+    import torch
+    config = PretrainConfig.model_construct(resume="latest", checkpoint_path=str(tmp_path / "sweep"), run_name="r",
+                                            project_name="p", data_path=str(tmp_path))
+    rank1 = DistInfo(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"))
+    seen = []
+
+    def gather(found_here, info):
+        seen.append(found_here)
+        return [peer, found_here]
+    monkeypatch.setattr(hrm.distributed, "gather_objects", gather)
+    for peer, expected in ((False, None), (True, "latest")):
+        assert sweep.fresh_if_nothing_to_resume(config, rank1, "p=0.3").resume == expected
+    assert seen == [False, False]                       # this rank's folder holds nothing
+    (tmp_path / "sweep" / "p=0.3" / "step_5").mkdir(parents=True)
+    (tmp_path / "sweep" / "p=0.3" / "step_5" / "trainer.pt").write_bytes(b"")
+    peer = False
+    assert sweep.fresh_if_nothing_to_resume(config, rank1, "p=0.3").resume == "latest"
+    assert seen[-1] is True

@@ -878,22 +878,24 @@ def test_a_bad_config_under_torchrun_is_reported_once(small_build, tmp_path):
         run.stderr[-3000:]
 
 
-@pytest.mark.parametrize("local_rank", ["0", "1", None])
-def test_a_silent_rank_outwaits_the_one_that_says_why(local_rank, monkeypatch, capsys):
+@pytest.mark.parametrize("local_rank, world_size", [("0", "2"), ("1", "2"), (None, None), ("1", None), ("1", "1")])
+def test_a_silent_rank_outwaits_the_one_that_says_why(local_rank, world_size, monkeypatch, capsys):
     """torchrun stops every rank once one exits: a rank that leaves the message to LOCAL_RANK 0 and
     exited first could take it down before it printed (seen: a bad lr with no message at all). The
-    silent rank waits instead; the speaker and a lone process exit at once."""
+    silent rank waits instead; the speaker and a lone process exit at once, the latter even with a
+    LOCAL_RANK other than 0 left in its environment (by a scheduler, say)."""
     from hrm import pretrain_config
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
-    if local_rank is not None:
-        monkeypatch.setenv("LOCAL_RANK", local_rank)
+    for name, value in (("LOCAL_RANK", local_rank), ("WORLD_SIZE", world_size)):
+        monkeypatch.delenv(name, raising=False)
+        if value is not None:
+            monkeypatch.setenv(name, value)
     waits = []
     monkeypatch.setattr(pretrain_config.time, "sleep", waits.append)
     with pytest.raises(SystemExit) as stopped:
         pretrain_config.exit_bad_config("error: lr must be >= 0")
     assert stopped.value.code == pretrain_config.EXIT_BAD_CONFIG
     said = capsys.readouterr().err
-    if local_rank == "1":
+    if (local_rank, world_size) == ("1", "2"):
         assert said == "" and waits == [pretrain_config.SILENT_RANK_WAIT_S]
     else:
         assert said == "pretrain.py: error: lr must be >= 0\n" and waits == []
