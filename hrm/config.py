@@ -9,7 +9,9 @@ Public API
                  none and prenorm_1_over_n.
     c, d         constants of the family (2 and 8).
     depth_count  paper | gradient_visible | forward: how N is counted (see hrm.scaling).
-    lambda       (``lambda_`` in Python) numerator of the pre-norm rule eps = lambda / (N sqrt(L)).
+    lambda       (``lambda_`` in Python) numerator of the pre-norm rule eps = lambda / (n sqrt(l)):
+                 per module, n counts how often its block stack runs (depth_count decides which
+                 runs; the ``loops`` of the derived scaling, not its N) and l is its block count.
     H, L         ``ModuleScalingOverride``: per-module overrides (paper eq. 20), every field
                  optional, None = inherit from the top level. Setting p (or c, d) on a module
                  without naming its rule makes that module ``custom``.
