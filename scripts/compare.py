@@ -305,7 +305,8 @@ def results_markdown(report: dict) -> str:
 
 def recipe_script(recipe: Recipe) -> str:
     """The recipe as a bash script: the build's digest is read once and checked (after a full
-    re-hash) before each training; step folders are read from each run's `latest` file."""
+    re-hash) before each training; step folders are read from each run's `latest` file, and the
+    predictions training wrote for that step are voted on (predict.py runs where there are none)."""
     build = shlex.quote(str(recipe.build))
     lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
     if recipe.build_cmd:
@@ -316,10 +317,13 @@ def recipe_script(recipe: Recipe) -> str:
         lines += [f"# {arm.label}",
                   f'python build_arc.py --verify {build} && [ "$(digest {build})" = "$DIGEST" ]',
                   shell_line(recipe.train_cmd(arm))]
+    lines.append("# training's last evaluation wrote the final step's predictions (info.json last); "
+                 "predict.py makes them only where it did not")
     for arm in recipe.arms:
         run = shlex.quote(str(recipe.run_dir(arm)))
-        lines += [shell_line(recipe.predict_cmd(arm, "CKPT")).replace("checkpoint=CKPT",
-                                                                      f'checkpoint={run}/"$(cat {run}/latest)"'),
+        lines += [f'[ -f {run}/predictions/"$(cat {run}/latest)"/info.json ] || '
+                  + shell_line(recipe.predict_cmd(arm, "CKPT")).replace("checkpoint=CKPT",
+                                                                        f'checkpoint={run}/"$(cat {run}/latest)"'),
                   shell_line(recipe.vote_cmd(arm, "PRED")).replace("--predictions PRED",
                                                                    f'--predictions {run}/predictions/"$(cat {run}/latest)"')]
     return "\n".join(lines) + "\n"

@@ -45,6 +45,24 @@ def test_paper_recipe_prints_the_8_gpu_commands(capsys):
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
+def test_paper_recipe_predicts_only_where_training_wrote_no_predictions(tmp_path, capsys):
+    """The printed recipe votes on what training's last evaluation wrote for the final step; its
+    predict.py line runs only for a run without them (say, eval_save_predictions=false)."""
+    assert compare.main(["--preset", "paper"]) == 0
+    predict = [line for line in capsys.readouterr().out.splitlines() if "evaluate/predict.py" in line]
+    for arm, has_predictions in (("hrm_v1", True), ("hrm_deeploop", False)):
+        run = tmp_path / "checkpoints" / "compare_paper" / arm
+        (run / "predictions" / "step_9").mkdir(parents=True)
+        (run / "latest").write_text("step_9\n")
+        if has_predictions:
+            (run / "predictions" / "step_9" / "info.json").write_text("{}")
+    launcher = "torchrun --standalone --nproc-per-node 8 evaluate/predict.py"
+    script = "\n".join(line.replace(launcher, "echo predict") for line in predict)
+    ran = subprocess.run(["bash", "-euo", "pipefail"], input=script, text=True, capture_output=True, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "predict checkpoint=checkpoints/compare_paper/hrm_deeploop/step_9\n"
+
+
 def test_cpu_only_options_are_refused_for_paper():
     with pytest.raises(SystemExit):
         compare.parse_args(["--preset", "paper", "--jobs", "2"])
