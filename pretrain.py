@@ -87,9 +87,7 @@ def launch(hydra_config: DictConfig) -> None:
         finished = True
     except KeyboardInterrupt:   # Ctrl-C: where things stand, not a traceback (once per machine)
         if speaks_for_node():
-            where = (f"at step {trainer.step}; the run's checkpoints are in {trainer.run_dir}: continue from the "
-                     f"newest with resume={trainer.run_dir}") if trainer is not None else "before training"
-            print(f"\npretrain.py: interrupted {where}", file=sys.stderr, flush=True)
+            print(f"\npretrain.py: interrupted {where_the_run_stands(trainer)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)
     except Exception:
         if is_multirun() and info.world_size > 1:
@@ -106,6 +104,19 @@ def launch(hydra_config: DictConfig) -> None:
         # talks to it aborts the peer, and a rank that exits early makes torchrun stop the rest.
         if not (is_multirun() and finished):
             shutdown(wait_for_peers=finished or agreed)
+
+
+def where_the_run_stands(trainer) -> str:
+    """The end of the Ctrl-C line: the step, and how to continue. Before the first checkpoint there
+    is nothing to resume from (resume= would be refused): the same command starts the run again."""
+    if trainer is None:
+        return "before training"
+    from hrm.train_checkpoint import list_checkpoints
+    if not list_checkpoints(trainer.run_dir):
+        return (f"at step {trainer.step}, before the run's first checkpoint, so there is nothing to resume: run the "
+                f"same command again (checkpoint_interval=N saves every N steps)")
+    return (f"at step {trainer.step}; the run's checkpoints are in {trainer.run_dir}: continue from the newest "
+            f"with resume={trainer.run_dir}")
 
 
 def check_overrides(argv: list[str]) -> None:

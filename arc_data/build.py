@@ -297,12 +297,24 @@ def check_output_dir(cfg: BuildConfig, target: Path) -> None:
         raise BuildInputError(f"--output-dir {target}: must end in a folder name (not '.', '..' or '/')")
     _check_apart_from_sources(cfg, target)
     if not os.path.lexists(target):  # lexists: a dangling symlink is still something there
+        blocking = _file_in_the_way(target)
+        if blocking is not None:   # found now, not by mkdir once the plan is drawn
+            raise BuildInputError(f"--output-dir {target}: {blocking} is in its path and is not a directory")
         return
     why = _why_not_replaceable(target)
     if why:
         raise FileExistsError(f"--output-dir {target}: {why}")
     if not cfg.overwrite:
         raise FileExistsError(f"{target} already exists; pass --overwrite to replace it")
+
+
+def _file_in_the_way(target: Path) -> Path | None:
+    """The nearest existing ancestor of `target` when it is not a directory (`--output-dir
+    notes.txt/build`), else None."""
+    folder = target.parent
+    while not os.path.lexists(folder):
+        folder = folder.parent          # ends at "." or "/", which exist
+    return None if folder.is_dir() else folder
 
 
 def _check_apart_from_sources(cfg: BuildConfig, target: Path) -> None:

@@ -199,8 +199,12 @@ def refuse(message: str) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(item in ("-h", "--help") for item in argv):   # as the project's argparse commands answer it
+        print(__doc__.strip())
+        return 0
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
+        args = parse_args(argv)
         args["checkpoint"] = resolve_checkpoint(args["checkpoint"])
         model, data_path, step, out, trained_on = load_checkpoint_for_eval(args["checkpoint"], args.get("data_path"))
         out_dir = Path(args.get("output_dir") or out)

@@ -79,7 +79,7 @@ def _folder(folder: Path, source: str) -> PredictionSet:
     # not hidden files: `.rank_<r>.tmp.npz` is a write that never finished (hrm/evaluation.py)
     files = sorted(f for f in folder.glob("*.npz") if not f.name.startswith("."))
     if not files:
-        raise EvaluationInputError(f"no .npz prediction files in {folder}")
+        raise EvaluationInputError(f"no .npz prediction files in {folder}{_newest_step_hint(folder)}")
     info = read_info(folder)
     world_size = info.get("world_size") if info else None
     # a folder is one evaluation: a missing rank would silently drop tasks from the score
@@ -87,6 +87,17 @@ def _folder(folder: Path, source: str) -> PredictionSet:
         raise EvaluationInputError(f"{folder}/info.json says world_size {world_size} but the folder holds "
                                    f"{len(files)} .npz files")
     return PredictionSet(files, info, source)
+
+
+def _newest_step_hint(folder: Path) -> str:
+    """For a run folder (or its predictions/) passed as --predictions: the newest step_<N>
+    predictions inside it, which is what was meant."""
+    steps = [p.parent for pattern in ("step_*/info.json", "predictions/step_*/info.json")
+             for p in folder.glob(pattern) if p.parent.name[5:].isdigit()]
+    if not steps:
+        return ""
+    newest = max(steps, key=lambda p: int(p.name[5:]))
+    return f" (a run's predictions are in its predictions/step_<N>/ folders; the newest: --predictions {newest})"
 
 
 class PredictionFile:

@@ -36,7 +36,8 @@ from hrm.optim import AdamATan2
 from hrm.pretrain_config import PretrainConfig
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_log import RunLog, resolve_wandb_mode
-from hrm.train_checkpoint import list_checkpoints, load_checkpoint, resolve_resume, save_checkpoint
+from hrm.train_checkpoint import (check_run_folder_usable, list_checkpoints, load_checkpoint, resolve_resume,
+                                  save_checkpoint)
 
 
 class TrainingDiverged(RuntimeError):
@@ -236,7 +237,8 @@ class Trainer:
                               other_projects=not cfg.checkpoint_path)
         if not (cfg.checkpoint_path or cfg.run_name):
             self.run_dir = ckpt.parent  # keep writing into the run we continue
-        elif ckpt.parent.resolve() != self.run_dir.resolve() and list_checkpoints(self.run_dir):
+        check_run_folder_usable(self.run_dir)   # a branch's new folder may be blocked by a file
+        if ckpt.parent.resolve() != self.run_dir.resolve() and list_checkpoints(self.run_dir):
             # a fork (another run's checkpoint, this run's name) must not mix into a third run
             raise ValueError(f"resume={cfg.resume}: this run's folder {self.run_dir} already holds checkpoints "
                              f"of its own; pass resume=latest to continue it, or another run_name / "
@@ -262,6 +264,7 @@ class Trainer:
 
     def _check_fresh_folder(self) -> None:
         """A fresh run never mixes into an old one's checkpoints and log."""
+        check_run_folder_usable(self.run_dir)
         existing = list_checkpoints(self.run_dir)
         if existing:
             raise ValueError(f"{self.run_dir} already holds checkpoints ({existing[-1].name}); pass resume=latest "

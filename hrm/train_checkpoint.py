@@ -116,6 +116,19 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[5:]))
 
 
+def check_run_folder_usable(run_dir: str | Path) -> None:
+    """Refuse, at start-up, a run folder that cannot be made: a file where it would go, or in its
+    path (`checkpoint_path=` pointed at a file by mistake). Found late, it would stop the run with
+    mkdir's traceback after the model was built."""
+    folder = Path(run_dir)
+    while not (folder.exists() or folder.is_symlink()):
+        folder = folder.parent          # ends at "." or "/", which exist
+    if not folder.is_dir():
+        where = "is" if folder == Path(run_dir) else "has in its path"
+        raise ValueError(f"the run folder {run_dir} {where} {folder}, which is not a folder; "
+                         f"choose another checkpoint_path / run_name")
+
+
 def same_name_elsewhere(run_dir: Path, shown: int = 3) -> str:
     """A hint for `resume=latest` that found nothing: runs of the same name in the other projects
     beside this one (checkpoints/<project>/<run>). The project defaults to `<data folder>-hrm`, so

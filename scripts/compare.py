@@ -39,7 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      latest_checkpoint, last_eval, read_run_log, run_logged, shell_line,
+                                      check_outputs, latest_checkpoint, last_eval, read_run_log, run_logged, shell_line,
                                       gpu_env, resolve_gpus, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
 # batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model
@@ -365,6 +365,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.out = args.out or Path(f"results/compare_{args.preset}")
     if args.preset == "cpu" and not args.threads:   # both arms at once share the cores
         args.threads = max(1, (os.cpu_count() or 1) // (args.jobs or 2))
+    writes = args.preset == "cpu" or args.launch or args.report   # the paper recipe alone is only printed
+    try:
+        if writes:
+            check_outputs(args.out, [".md", ".json"], args.work or Path(f"checkpoints/compare_{args.preset}"))
+    except ExperimentError as e:
+        ap.error(str(e))
     return args
 
 
@@ -377,9 +383,9 @@ def arm_gpu(args, i: int) -> str | None:
 def run_experiment(recipe: Recipe, args, say) -> tuple[str, str, dict]:
     """Build (cpu: the small set; paper: only when missing), then every arm; -> (digest, build
     description, {arm name: result}). With --report nothing runs: the run folders are read."""
-    if args.report:
-        description = f"`{shell_line([str(recipe.build)])}`"
-        return read_manifest(recipe.build)["digest"], description, {a.name: arm_result(recipe, a) for a in recipe.arms}
+    if args.report:     # the runs first: with none made yet, that is the thing to say, not the build
+        arms = {a.name: arm_result(recipe, a) for a in recipe.arms}
+        return read_manifest(recipe.build)["digest"], f"`{shell_line([str(recipe.build)])}`", arms
     if args.preset == "cpu":
         say("building the small ARC set")
         build_small(recipe.build, n_training=8, n_evaluation=8, num_aug=4, source_dir=args.source_dir,

@@ -90,6 +90,27 @@ def check_build(build: Path, expected_digest: str) -> None:
         raise ExperimentError(f"build {build} changed since the experiment began: {shown}")
 
 
+# ----------------------------------------------------------------------------- output paths
+def check_outputs(out: Path, suffixes: list[str], work: Path) -> None:
+    """Refuse, before any run, outputs that could not be written at the end: --out is a file stem
+    (OUT.csv, OUT.md, ...), so a folder given as --out would put the files beside it
+    (`--out results/` writes `results.csv`), and a file in the path of --out or --work would stop
+    the script with a traceback only after its runs."""
+    from evaluate.errors import EvaluationInputError
+    from evaluate.outputs import check_output_dir, check_output_file
+    out = Path(out)
+    if out.is_dir():
+        raise ExperimentError(f"--out {out} is a folder; --out is a file stem (it writes "
+                              f"{', '.join(str(out.with_suffix(s)) for s in suffixes)}): name a file in it, "
+                              f"e.g. --out {out / 'results'}")
+    try:
+        for suffix in suffixes:
+            check_output_file(out.with_suffix(suffix), "--out")
+        check_output_dir(work, "--work")
+    except EvaluationInputError as e:
+        raise ExperimentError(str(e)) from None
+
+
 # ----------------------------------------------------------------------------- subprocesses
 def thread_env(threads: int | None, extra: dict | None = None) -> dict:
     """Environment for a child: the repository importable, and a fixed thread count. On a shared

@@ -55,7 +55,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      last_eval, read_run_log, run_logged, shell_line, tail_mean,
+                                      check_outputs, last_eval, read_run_log, run_logged, shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, FINISHED, classify_run,  # noqa: E402
                                 smoothed_min, unigram_floor)
@@ -365,6 +365,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.jobs < 1 or args.steps < 1 or args.window < 1 or not 0 <= args.margin < 1:
         ap.error("--jobs, --steps and --window must be >= 1 and --margin in [0, 1)")
     args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+    try:
+        check_outputs(args.out, [".csv", ".png", ".md"], args.work)
+    except ExperimentError as e:
+        ap.error(str(e))
     return args
 
 

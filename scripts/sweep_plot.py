@@ -20,7 +20,9 @@ from pathlib import Path
 # run as `python scripts/sweep_plot.py`, Python puts scripts/ on the path, not the repository
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from evaluate.errors import EvaluationInputError  # noqa: E402
 from evaluate.font import text_size  # noqa: E402
+from evaluate.outputs import check_output_file  # noqa: E402
 from evaluate.png import write_png  # noqa: E402
 from scripts.raster_plot import BLACK, GREY, Axes, Canvas, nice_ticks  # noqa: E402
 from scripts.run_status import DEFAULT_MARGIN, DIVERGED, STUCK, TRAINED  # noqa: E402
@@ -210,6 +212,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not 0 <= args.margin < 1:
         ap.error(f"--margin must be in [0, 1), got {args.margin:g}")
+    try:    # before the CSV is read: a folder or a file in the way is named, not met by open()
+        check_output_file(args.out or args.csv.with_suffix(".png"), "--out")
+    except EvaluationInputError as e:
+        ap.error(str(e))
     try:
         rows = read_sweep_csv(args.csv)
         floor = sweep_floor(rows, args.csv)

@@ -368,6 +368,30 @@ def test_overwrite_refuses_a_regular_file_and_leaves_nothing(tmp_path, monkeypat
     assert out.read_text() == "not a folder" and sorted(os.listdir(tmp_path)) == ["b", "src"]
 
 
+def test_an_output_dir_under_a_file_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """`--output-dir notes.txt/build`: the file is named at once, not by mkdir's errno after the
+    plan is drawn."""
+    src = small_source(tmp_path / "src")
+    (tmp_path / "notes.txt").write_text("not a folder")
+    no_work(monkeypatch)
+    out = tmp_path / "notes.txt" / "sub" / "b"
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"--output-dir {out}: {tmp_path / 'notes.txt'} is in its path and is not a directory" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "src"]
+
+
+def test_ctrl_c_ends_the_build_with_one_line_and_exit_130(tmp_path, monkeypatch, capsys):
+    src = small_source(tmp_path / "src")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(build_mod, "render_rows", interrupted)
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(tmp_path / "b"), "--quiet"]) == 130
+    assert capsys.readouterr().err.strip() == "build_arc.py: interrupted; the unfinished build was removed"
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
 # Run by test_sigterm_removes_the_temporary_folder: a build whose first chunk of rows takes a minute,
 # so the test can signal it while its temporary folder exists.
 SLOW_BUILD = """

@@ -27,6 +27,29 @@ def test_cpu_arms_differ_only_in_the_scaling():
     assert recipe.K == [1, 2, 10]
 
 
+def test_report_with_no_runs_says_so_before_looking_for_the_build(tmp_path, capsys):
+    """--report where nothing was run: the missing run is what is wrong (the build may be missing
+    too, e.g. the paper recipe never launched on this machine)."""
+    argv = ["--preset", "paper", "--report", "--work", str(tmp_path / "runs"), "--data", str(tmp_path / "no_build"),
+            "--out", str(tmp_path / "table")]
+    assert compare.main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'runs' / 'hrm_v1'}: no vote.json (train, predict and vote this arm first)" in err, err
+    assert not list(tmp_path.glob("table.*"))
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_any_run(tmp_path, capsys):
+    (tmp_path / "a_file").write_text("not a folder")
+    for argv, message in {("--out", str(tmp_path)): "is a folder; --out is a file stem",
+                          ("--out", str(tmp_path / "a_file" / "t")): "a_file is in its path",
+                          ("--work", str(tmp_path / "a_file")): "exists and is not a directory"}.items():
+        with pytest.raises(SystemExit) as e:
+            compare.parse_args(["--preset", "cpu", *argv])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and message in err, (argv, err)
+    assert compare.main(["--preset", "paper", "--out", str(tmp_path)]) == 0   # printing the recipe writes nothing
+
+
 def test_paper_recipe_prints_the_8_gpu_commands(capsys):
     assert compare.main(["--preset", "paper"]) == 0
     script = capsys.readouterr().out

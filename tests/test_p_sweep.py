@@ -205,6 +205,22 @@ def test_non_finite_p_and_bad_lr_are_refused():
         assert e.value.code == 2
 
 
+def test_outputs_that_cannot_be_written_are_refused_before_any_run(tmp_path, capsys):
+    """--out is a stem: a folder there would put OUT.csv beside it; a file in the way of --out or
+    --work would end the sweep with a traceback after its runs. All are usage errors, exit 2."""
+    (tmp_path / "a_file").write_text("not a folder")
+    cases = {("--out", str(tmp_path)): "is a folder; --out is a file stem",
+             ("--out", str(tmp_path / "a_file" / "x")): "a_file is in its path and is not a directory",
+             ("--work", str(tmp_path / "a_file")): "exists and is not a directory",
+             ("--work", str(tmp_path / "a_file" / "w")): "a_file is in its path and is not a directory"}
+    for argv, message in cases.items():
+        with pytest.raises(SystemExit) as e:
+            p_sweep.parse_args(list(argv))
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and message in err, (argv, err)
+    assert not list(tmp_path.parent.glob(f"{tmp_path.name}.*"))   # nothing written beside the folder
+
+
 def fake_run_cell(calls: list):
     """run_cell without training: the folder wiped and a 3-step log written, as a real run would."""
     def run(cell, args, build, digest, work, gpu=None):

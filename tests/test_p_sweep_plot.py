@@ -131,3 +131,13 @@ def test_the_script_names_what_is_wrong_with_its_csv(tmp_path, case, message):
 def test_the_script_refuses_a_margin_out_of_range(tmp_path):
     done = run_script(str(COMMITTED), "--margin", "1.5", "--out", str(tmp_path / "x.png"))
     assert done.returncode == 2 and "--margin must be in [0, 1)" in done.stderr
+
+
+@pytest.mark.parametrize("where", ["folder", "under_a_file"])
+def test_an_out_that_cannot_be_written_is_named_without_a_traceback(tmp_path, capsys, where):
+    (tmp_path / "a_file").write_text("not a folder")
+    out = tmp_path if where == "folder" else tmp_path / "a_file" / "x.png"
+    with pytest.raises(SystemExit) as e:
+        sweep_plot.main([str(COMMITTED), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and ("is a directory" if where == "folder" else "is in its path") in err, err

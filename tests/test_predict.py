@@ -290,6 +290,13 @@ def test_compiled_segment_evaluation_is_one_graph_and_matches_eager(small_build,
     np.testing.assert_allclose(eager["q_halt_logits"], compiled["q_halt_logits"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_the_usage_and_exits_0(flag, capsys):
+    assert predict.main(["checkpoint=anything", flag]) == 0
+    out = capsys.readouterr().out
+    assert "python evaluate/predict.py checkpoint=PATH [data_path=DIR]" in out
+
+
 def test_predict_refuses_bad_compile_and_batch_size_before_loading(tmp_path, monkeypatch, capsys):
     missing = tmp_path / "no-such-checkpoint"   # never read: the arguments are refused first
     assert predict.main([f"checkpoint={missing}", "compile=maybe"]) == 2

@@ -151,6 +151,20 @@ def test_a_fresh_run_refuses_a_folder_with_checkpoints(small_build, tmp_path):
     assert resumed.step == 1
 
 
+def test_a_run_folder_blocked_by_a_file_is_refused_at_start_up(small_build, tmp_path):
+    """checkpoint_path at a file, or under one: a start-up refusal naming the file (exit 2 in
+    pretrain.py), not mkdir's traceback once the model is built; a branch's folder too."""
+    (tmp_path / "a_file").write_text("not a folder")
+    for run_dir in (tmp_path / "a_file", tmp_path / "a_file" / "run"):
+        with pytest.raises(ValueError, match=f"{tmp_path / 'a_file'}, which is not a folder"):
+            Trainer(micro_config(small_build, run_dir, max_steps=1), CPU, progress=False)
+    (tmp_path / "run" / "step_1").mkdir(parents=True)    # the folder is refused before the file is read
+    (tmp_path / "run" / "step_1" / "trainer.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match="which is not a folder"):
+        Trainer(micro_config(small_build, tmp_path / "a_file" / "branch", resume=str(tmp_path / "run")), CPU,
+                progress=False)
+
+
 def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
     from hrm.train_checkpoint import resolve_resume
     run = tmp_path / "run"
@@ -651,6 +665,25 @@ def test_ctrl_c_says_where_the_run_stands(small_build, tmp_path):
     assert proc.returncode == 130, err[-3000:]
     assert "pretrain.py: interrupted at step" in err and f"continue from the newest with resume={run}" in err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_ctrl_c_before_the_first_checkpoint_does_not_suggest_resume(tmp_path):
+    """resume=<run folder> is refused while the folder holds no checkpoint: the Ctrl-C line must not
+    send the user there, but say to run the command again; once a checkpoint exists it names resume."""
+    import importlib.util
+    from types import SimpleNamespace
+    spec = importlib.util.spec_from_file_location("pretrain_script", ROOT / "pretrain.py")
+    pretrain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pretrain)
+    run = tmp_path / "run"
+    run.mkdir()
+    said = pretrain.where_the_run_stands(SimpleNamespace(step=27, run_dir=run))
+    assert "at step 27, before the run's first checkpoint" in said and "resume=" not in said
+    (run / "step_20").mkdir()
+    (run / "step_20" / "trainer.pt").write_bytes(b"")
+    assert f"continue from the newest with resume={run}" in pretrain.where_the_run_stands(
+        SimpleNamespace(step=27, run_dir=run))
+    assert pretrain.where_the_run_stands(None) == "before training"
 
 
 def test_resuming_a_finished_run_says_so(small_build, tmp_path):

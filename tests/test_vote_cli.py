@@ -90,6 +90,19 @@ def test_vote_script_reports_errors_without_traceback(workdir):
     assert "--predictions" in out.stderr and "nowhere.npz" in out.stderr
 
 
+def test_a_run_folder_as_predictions_names_its_newest_step(workdir):
+    """`--predictions checkpoints/<project>/<run>` (or its predictions/): the step folders inside
+    are what was meant; the error names the newest."""
+    from evaluate.errors import EvaluationInputError
+    from evaluate.predictions import resolve_predictions
+    run = workdir / "checkpoints" / "proj" / "run"
+    for folder in (run, run / "predictions"):
+        with pytest.raises(EvaluationInputError, match=f"the newest: --predictions {run / 'predictions' / 'step_5'}"):
+            resolve_predictions(str(folder))
+    with pytest.raises(EvaluationInputError, match=r"no .npz prediction files in \S+$"):
+        resolve_predictions(str(workdir / "data"))     # no hint where there is nothing to point at
+
+
 def test_empty_answers_take_no_attempt_and_nan_confidence_stays_valid_json(workdir, tmp_path):
     from arc_data.encoding import encode_grid
     from evaluate.vote import main
