@@ -35,6 +35,7 @@ from hrm.model import HRM, Carry
 from hrm.optim import AdamATan2
 from hrm.pretrain_config import PretrainConfig
 from hrm.puzzle_embedding import PuzzleSignSGD
+from hrm.run_lock import RunLock
 from hrm.run_log import RunLog, resolve_wandb_mode
 from hrm.train_checkpoint import (check_run_folder_usable, list_checkpoints, load_checkpoint, resolve_resume,
                                   save_checkpoint)
@@ -162,7 +163,12 @@ class Trainer:
         # Every start-up check, as one stage whose outcome the ranks exchange: a refusal on any rank
         # (a checkpoint missing on one node, another build, a folder already in use) is raised by
         # every rank with the same message, before any of them waits in a collective.
-        resumed_from = agree_on_outcome(self._prepare, info)
+        self.run_lock = None    # rank 0's hold on the run folder (hrm/run_lock.py), taken by _prepare
+        try:
+            resumed_from = agree_on_outcome(self._prepare, info)
+        except BaseException:   # refused (here or on another rank): the folder is left as it was found
+            self.release_run_lock(cleanup=True)
+            raise
         broadcast_module_(self.model, info)   # every rank from rank 0's weights (a checkpoint's too), to be sure
         if info.is_main:
             self._tell_start(resumed_from)
@@ -223,10 +229,21 @@ class Trainer:
         self.carry = None
         self.evaluated_iterations = 0   # reader iterations whose evaluation has run
         self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0)
+        resumed_from = None
         if cfg.resume:
-            return self._resume()
-        self._check_fresh_folder()
-        return None
+            resumed_from = self._resume()
+        else:
+            self._check_fresh_folder()
+        if info.is_main:    # last: a run refused for another reason does not create its folder
+            self.run_lock = RunLock.acquire(self.run_dir)
+        return resumed_from
+
+    def release_run_lock(self, cleanup: bool = False) -> None:
+        """Let another process train into the run folder (at the end of fit; `cleanup` after a
+        refused start, which also removes what taking the lock created)."""
+        if self.run_lock is not None:
+            self.run_lock.release(cleanup=cleanup)
+            self.run_lock = None
 
     def _resume(self) -> Path:
         """Continue from the checkpoint `resume` names, once it is known to be this run's to
@@ -466,6 +483,7 @@ class Trainer:
             bar.close()
             if self.log is not None:
                 self.log.close()
+            self.release_run_lock()
         seconds = time.perf_counter() - started
         return {"step": self.step, "eval": last_eval, "seconds": seconds, "steps_run": self.step - first_step,
                 "steps_per_second": (self.step - first_step) / seconds if seconds > 0 else 0.0}

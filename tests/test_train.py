@@ -151,6 +151,25 @@ def test_a_fresh_run_refuses_a_folder_with_checkpoints(small_build, tmp_path):
     assert resumed.step == 1
 
 
+def test_a_run_folder_in_use_by_another_training_is_refused_until_it_ends(small_build, tmp_path):
+    """The same run started twice (a command launched again, a requeued job): the second start is
+    refused while the first trains, instead of both overwriting each other's checkpoints and log;
+    once the first has ended, resume=latest continues it."""
+    in_use = f"{tmp_path / 'run'} is in use: pid {os.getpid()} on .* is training into it"
+    first = Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False)
+    with pytest.raises(ValueError, match=in_use):
+        Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".lock", "all_config.yaml", "log.jsonl"]
+    first.fit()
+    second = Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
+    assert second.step == 1
+    with pytest.raises(ValueError, match=in_use):       # and a resumed run holds it as a fresh one does
+        Trainer(micro_config(small_build, tmp_path / "run", max_steps=3, resume="latest"), CPU, progress=False)
+    second.fit()
+    assert Trainer(micro_config(small_build, tmp_path / "run", max_steps=3, resume="latest"), CPU,
+                   progress=False).step == 2
+
+
 def test_a_run_folder_blocked_by_a_file_is_refused_at_start_up(small_build, tmp_path):
     """checkpoint_path at a file, or under one: a start-up refusal naming the file (exit 2 in
     pretrain.py), not mkdir's traceback once the model is built; a branch's folder too."""

@@ -1,0 +1,79 @@
+"""One training process per run folder.
+
+Two runs started into the same folder (the same command launched twice, a scheduler's requeue while
+the first job still runs) would both pass the fresh-folder check, then overwrite each other's
+checkpoints, `latest`, `all_config.yaml` and log, and both exit 0. Rank 0 therefore holds an
+exclusive `flock` on `<run>/.lock` from its start-up checks to the end of its training. The kernel
+drops the lock when the process dies (SIGKILL included), so a killed run never leaves its folder
+locked; the file stays (removing it would let two processes lock two different files of that name).
+
+Public API
+----------
+``RunLock.acquire(run_dir) -> RunLock``   ValueError naming the holder (pid, host, start) when the
+                                          folder is in use; creates the folder when it is missing.
+``lock.release(cleanup=False)``           idempotent; ``cleanup`` also removes the lock file and the
+                                          folders acquire() created, if nothing else was put there
+                                          (a start refused after the lock was taken leaves nothing).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:     # not POSIX (Windows): runs go unguarded, as before
+    fcntl = None
+
+LOCK_NAME = ".lock"
+
+
+class RunLock:
+    def __init__(self, run_dir: Path, handle, created: list[Path]):
+        self.run_dir, self._handle, self._created = run_dir, handle, created
+
+    @classmethod
+    def acquire(cls, run_dir: str | Path) -> "RunLock":
+        run_dir = Path(run_dir)
+        created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]   # deepest first
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / LOCK_NAME
+        if fcntl is None:
+            return cls(run_dir, None, created)
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise ValueError(f"{run_dir} is in use: {holder} is training into it (it holds {path}); wait "
+                                 f"for it to end, or choose another run_name / checkpoint_path") from None
+            # a filesystem without flock (some network mounts): train unguarded rather than not at all
+            print(f"warning: cannot lock {path} ({e.strerror}); nothing stops another "
+                  f"run from writing into {run_dir} at the same time", file=sys.stderr, flush=True)
+            handle.close()
+            return cls(run_dir, None, created)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        handle.flush()
+        return cls(run_dir, handle, created)
+
+    def release(self, cleanup: bool = False) -> None:
+        if cleanup:     # unlinked while still held: nobody can take a lock on the file being removed
+            (self.run_dir / LOCK_NAME).unlink(missing_ok=True)
+            for folder in self._created:
+                try:
+                    folder.rmdir()      # only if empty: never anything another process put there
+                except OSError:
+                    break
+        if self._handle is not None:
+            self._handle.close()        # closing the file drops the flock
+            self._handle = None

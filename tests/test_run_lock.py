@@ -1,0 +1,54 @@
+"""hrm/run_lock.py: one training process per run folder, released by the end of training or by the
+holder's death, and nothing left behind by a start refused after the lock was taken."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from hrm.run_lock import LOCK_NAME, RunLock
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
+
+
+def test_a_held_folder_is_refused_naming_the_holder_until_it_is_released(tmp_path):
+    first = RunLock.acquire(tmp_path / "run")
+    with pytest.raises(ValueError) as refused:
+        RunLock.acquire(tmp_path / "run")
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'run'} is in use: pid {os.getpid()} on ")
+    assert f"(it holds {tmp_path / 'run' / LOCK_NAME}); wait for it to end, or choose another run_name" in message
+    first.release()
+    first.release()                                    # twice is harmless
+    RunLock.acquire(tmp_path / "run").release()
+    assert (tmp_path / "run" / LOCK_NAME).is_file()    # kept: see the module's docstring
+
+
+def test_a_killed_holder_leaves_the_folder_free(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from hrm.run_lock import RunLock; "
+                               f"lock = RunLock.acquire({str(tmp_path / 'run')!r}); print('held', flush=True); time.sleep(600)"],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match=f"is in use: pid {holder.pid} on "):
+            RunLock.acquire(tmp_path / "run")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    RunLock.acquire(tmp_path / "run").release()
+
+
+def test_cleanup_removes_what_acquire_created_and_nothing_else(tmp_path):
+    lock = RunLock.acquire(tmp_path / "project" / "run")
+    lock.release(cleanup=True)
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "other_run").mkdir()
+    lock = RunLock.acquire(tmp_path / "project" / "run")
+    (tmp_path / "project" / "run" / "notes.txt").write_text("someone else's")
+    lock.release(cleanup=True)                         # not empty: kept, and so is project/
+    assert sorted(os.listdir(tmp_path / "project" / "run")) == ["notes.txt"]
