@@ -187,7 +187,8 @@ def find_build(run_dir: Path, data: str | None) -> Path:
     for build in candidates:
         if (build / "train" / "dataset.json").is_file():
             return build
-    raise RunStatusError(f"{candidates[0]} (from {source}): not a build (no train/dataset.json)")
+    moved = "" if data else "; if the build has moved since, pass --data BUILD"
+    raise RunStatusError(f"{candidates[0]} (from {source}): not a build (no train/dataset.json){moved}")
 
 
 def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict:

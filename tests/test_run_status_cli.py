@@ -55,6 +55,16 @@ def test_data_option_stands_in_for_the_config(small_build, tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"{run}: too-short  steps 3")
 
 
+def test_a_build_moved_since_training_suggests_data(small_build, tmp_path, capsys):
+    run = write_run(tmp_path / "run", [9.0] * 3, tmp_path / "moved")
+    assert main([str(run)]) == 2
+    assert capsys.readouterr().err == (f"run_status.py: error: {tmp_path / 'moved'} (from data_path in "
+                                       f"{run / 'all_config.yaml'}): not a build (no train/dataset.json); if the "
+                                       f"build has moved since, pass --data BUILD\n")
+    assert main([str(run), "--data", str(tmp_path / "elsewhere")]) == 2   # no such advice for --data itself
+    assert capsys.readouterr().err.endswith("(from --data): not a build (no train/dataset.json)\n")
+
+
 def test_a_run_with_fewer_steps_than_the_window_is_too_short_to_tell_not_stuck(small_build, tmp_path, capsys):
     """Four steps at the floor: every run starts there, so it is no sign of being stuck (a run read
     while it trains); the same steps averaged over a window they fill are."""
