@@ -37,7 +37,8 @@ from hrm.distributed import check_device, init_distributed, shutdown, switch_on,
 from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.pretrain_config import let_the_speaker_finish, say_once_per_node  # noqa: E402
-from hrm.train_checkpoint import list_checkpoints, previous_checkpoint_hint, resolve_resume  # noqa: E402
+from hrm.train_checkpoint import (list_checkpoints, missing_step_hint, previous_checkpoint_hint,  # noqa: E402
+                                  resolve_resume)
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
 SWITCH = {"auto": "auto", "true": True, "false": False}
@@ -95,9 +96,13 @@ def check_output_folder(folder: Path, what: str, hint: str = "") -> None:
 def resolve_checkpoint(checkpoint: str) -> str:
     """A run folder (training's step_<N>/ folders and `latest`) stands for its latest checkpoint,
     chosen as `pretrain.py resume=latest` chooses it (the step `latest` names, else the newest
-    complete one); any other path is returned as given. A folder holding no checkpoint is
-    explained here, where the generic 'no model.pt' would not say what to pass instead."""
+    complete one); any other path is returned as given. A folder holding no checkpoint, and a
+    missing step of a run folder (removed by keep_checkpoints), are explained here, where the
+    generic 'no model.pt' would not say what to pass instead."""
     path = Path(checkpoint)
+    hint = "" if path.exists() else missing_step_hint(path, "checkpoint", "evaluates")
+    if hint:
+        raise PredictError(f"checkpoint {checkpoint}: no such file or folder{hint}")
     if not path.is_dir() or (path / "model.pt").exists():
         return checkpoint
     if list_checkpoints(path):

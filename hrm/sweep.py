@@ -3,7 +3,8 @@
 Hydra runs a sweep's jobs one after the other, composing each job's config only when its turn
 comes; by itself a typo in the third job's value would surface hours into the sweep, after the
 first two trained. `CheckEveryJob`, a Hydra callback named in configs/cfg_pretrain.yaml, composes
-and validates every job before the first one starts, and stops the sweep with every bad job named.
+and validates every job before the first one starts (and looks for checkpoints in the run folder of
+each job that starts afresh), and stops the sweep with every bad job named.
 
 A job's run name ends in its swept values (`sweep_tag`), so the jobs' runs, checkpoints and
 `resume=latest` stay apart. Under torchrun, the sweep's record (Hydra's multirun.yaml) is rank 0's
@@ -154,10 +155,10 @@ def sweep_jobs(config: DictConfig, loader) -> tuple[list[list[str]], set[str]] |
     return BasicSweeper.split_arguments(overrides, None)[0], swept
 
 
-def config_problem(compose, world_size: int = 1, known: DictConfig | None = None) -> str | None:
-    """What pretrain.py would refuse in the config `compose()` returns (Hydra's composition, then
-    the validated fields and the world size), or None. An unknown key is compared with the keys of
-    `known` for a suggestion. Shared by the sweep check and scripts/p_sweep.py."""
+def validated_config(compose, world_size: int = 1, known: DictConfig | None = None) -> PretrainConfig | str:
+    """The config pretrain.py would run from the one `compose()` returns (Hydra's composition, then
+    the validated fields and the world size), or why it would refuse it. An unknown key is compared
+    with the keys of `known` for a suggestion."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     from pydantic import ValidationError
@@ -165,12 +166,45 @@ def config_problem(compose, world_size: int = 1, known: DictConfig | None = None
         composed = compose()
         with open_dict(composed):
             composed.pop("hydra", None)     # Hydra's own settings: resolved only while it runs a job
-        PretrainConfig(**OmegaConf.to_container(composed, resolve=True)).check_world_size(world_size)
+        config = PretrainConfig(**OmegaConf.to_container(composed, resolve=True))
+        config.check_world_size(world_size)
     except ValidationError as e:
         return format_validation_error(e)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         return explain_unknown_key(str(e), known) if known is not None else str(e)
-    return None
+    return config
+
+
+def config_problem(compose, world_size: int = 1, known: DictConfig | None = None) -> str | None:
+    """What pretrain.py would refuse in the config `compose()` returns, or None (validated_config).
+    Shared by the sweep check and scripts/p_sweep.py."""
+    checked = validated_config(compose, world_size, known)
+    return checked if isinstance(checked, str) else None
+
+
+def checkpoints_in_the_way(config: PretrainConfig, tag: str, job_chdir: bool = False) -> str | None:
+    """Why a job that starts afresh (no resume) would be refused by the Trainer as it starts: its
+    run folder already holds checkpoints (the same sweep run again without resume=latest). Only a
+    run_name or checkpoint_path can name an existing folder: a default run name holds the sweep's
+    start time. `job_chdir`: the job runs in a folder of its own (hydra.job.chdir), where a
+    relative run folder is not the one seen from here: it is left to the job's own check."""
+    if config.resume or not (config.run_name or config.checkpoint_path):
+        return None
+    from hrm.distributed import DistInfo
+    from hrm.train import run_names
+    from hrm.train_checkpoint import list_checkpoints
+    # Under checkpoint_path the run name only labels the run; the default one would read this
+    # rank's clock now and fix the sweep's shared time stamp (hrm.train.default_stamp) unagreed
+    # with the other ranks: a stand-in keeps it unread.
+    named = config if config.run_name else config.model_copy(update={"run_name": "unread"})
+    run_dir = run_names(named, DistInfo(0, 1, 0, None), tag)[2]
+    if job_chdir and not run_dir.is_absolute():
+        return None
+    found = list_checkpoints(run_dir)
+    if not found:
+        return None
+    return (f"{run_dir} already holds checkpoints ({found[-1].name}); pass resume=latest to continue the "
+            f"sweep's runs, or another run_name / checkpoint_path to start new ones")
 
 
 def tell_problems(by_problem: dict[str, list[str]], total: int, noun: str, named: int = 5) -> list[str]:
@@ -206,7 +240,8 @@ def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> Pretra
 
 class CheckEveryJob(Callback):
     """Before a sweep's first job: every job's config must compose and validate (the world size
-    included), or the sweep stops with exit 2, naming each bad job, having run nothing."""
+    included), and a job that starts afresh must not find checkpoints in its run folder, or the
+    sweep stops with exit 2, naming each bad job, having run nothing."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Hydra turns a callback's exception into a warning and goes on: say plainly that the check
@@ -244,7 +279,10 @@ class CheckEveryJob(Callback):
         before = HydraConfig.instance().cfg
         try:
             for i, job in enumerate(jobs):
-                problem = config_problem(lambda: compose_job(i, job), world_size, known=config)
+                checked = validated_config(lambda: compose_job(i, job), world_size, known=config)
+                # the job's HydraConfig is set: its tag is the one the job's sweep_tag() will give
+                problem = checked if isinstance(checked, str) else \
+                    checkpoints_in_the_way(checked, sweep_tag(), bool(HydraConfig.get().job.chdir))
                 if problem:
                     values = " ".join(o for o in job if o.split("=", 1)[0] in swept)
                     by_problem.setdefault(problem, []).append(f"#{i} ({values})")

@@ -164,9 +164,25 @@ def resolve_resume(resume: str, run_dir: str | Path | None, other_projects: bool
     if path.is_dir() and list_checkpoints(path):
         return resolve_resume("latest", path)
     if not path.exists():
-        raise FileNotFoundError(f"resume={resume}: no such folder")
+        raise FileNotFoundError(f"resume={resume}: no such folder{missing_step_hint(path)}")
     raise FileNotFoundError(f"resume={resume}: neither a checkpoint folder (step_<N>/ with trainer.pt) nor a run "
                             f"folder holding one")
+
+
+def missing_step_hint(path: str | Path, option: str = "resume", does: str = "continues from",
+                      shown: int = 3) -> str:
+    """'; the run folder <run> holds step_a, step_b: <option>=<run> <does> its newest' for a step
+    folder that does not exist (removed by keep_checkpoints, or mistyped) in a run folder that holds
+    checkpoints, else ''. A step folder's model.pt stands for the folder (predict.py takes either).
+    For resuming (pretrain.py, option resume) and evaluating (predict.py, option checkpoint)."""
+    path = Path(path)
+    if path.name == "model.pt":
+        path = path.parent
+    found = [c.name for c in list_checkpoints(path.parent)]
+    if not found:
+        return ""
+    listed = ("..., " if len(found) > shown else "") + ", ".join(found[-shown:])
+    return f"; the run folder {path.parent} holds {listed}: {option}={path.parent} {does} its newest"
 
 
 def previous_checkpoint_hint(step_dir: str | Path, option: str = "resume",

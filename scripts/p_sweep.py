@@ -32,7 +32,9 @@ written when its run ends; rerunning the same command skips every cell whose cel
 same command and build digest and whose run is a result (trained/stuck/diverged); crashed cells are
 run again.
 Classification is recomputed from the logs on every invocation, so --margin/--window can be
-changed without training again.
+changed without training again (a --window longer than --steps is refused; the default is cut to
+--steps). OUT.md names the commands that trained its cells (each cell.json records the one that
+trained it), not only the rerun's.
 """
 from __future__ import annotations
 
@@ -42,12 +44,14 @@ import json
 import math
 import os
 import queue
+import re
 import shutil
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import yaml
@@ -215,7 +219,7 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | 
                                allowed_codes=tuple(range(256)),
                                env=gpu_env(gpu))
     record = {"signature": command_signature(cmd), "digest": digest, "command": shell_line(cmd),
-              "exit_code": code, "seconds": round(seconds, 1), "gpu": gpu}
+              "sweep_command": args.command, "exit_code": code, "seconds": round(seconds, 1), "gpu": gpu}
     tmp = cell_dir / ".cell.json.tmp"
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     os.replace(tmp, cell_dir / "cell.json")
@@ -265,10 +269,41 @@ def write_csv(rows: list[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def summary_markdown(rows: list[dict], *, command: str, build_line: str, floor: float, args, png: Path,
+def previous_commands(md: Path) -> list[str]:
+    """The commands an earlier OUT.md names on its `Command:` lines ([] without one)."""
+    if not md.is_file():
+        return []
+    return re.findall(r"^Command: `(.*)`", md.read_text(errors="replace"), flags=re.MULTILINE)
+
+
+def training_commands(records: list[dict], previous: list[str]) -> dict[str | None, int]:
+    """{p_sweep.py command: how many of the cells it trained}, first seen first. A rerun that skips
+    finished cells did not train them: each cell.json names the invocation that did. A cell
+    recorded before cell.json kept it counts as the earlier summary's first command (None: unknown)."""
+    counts: dict[str | None, int] = {}
+    for record in records:
+        command = record.get("sweep_command") or (previous[0] if previous else None)
+        counts[command] = counts.get(command, 0) + 1
+    return counts
+
+
+def command_lines(trained_by: dict[str | None, int], command: str) -> list[str]:
+    """OUT.md's `Command:` lines: the commands that trained the cells (with their cell counts when
+    there are several, or when this invocation's is not one of them), then this one when it only
+    summarised cells trained before."""
+    if list(trained_by) in ([command], []):
+        return [f"Command: `{command}`  "]
+    lines = [f"Command: `{c}` (trained {n} cell{'s' * (n != 1)})  " if c else
+             f"Command: not recorded (trained {n} cell{'s' * (n != 1)})  " for c, n in trained_by.items()]
+    if command not in trained_by:
+        lines.append(f"Summary written by: `{command}`  ")
+    return lines
+
+
+def summary_markdown(rows: list[dict], *, commands: list[str], build_line: str, floor: float, args, png: Path,
                      seconds: float) -> str:
     lines = [f"# p sweep{f' ({args.preset} preset)' if args.preset else ''}", "",
-             f"Command: `{command}`  ", build_line + "  ",
+             *commands, build_line + "  ",
              f"Unigram floor: {floor:.4f} nats (entropy of the row-weighted training-label marginal; the same "
              f"for stablemax and softmax, see scripts/run_status.py)  ",
              f"Runs: arch={args.arch}, {args.steps} steps, batch {args.batch}, warmup {args.warmup}"
@@ -310,6 +345,27 @@ def merge_axes(args, loop_texts: list[str], loop_pairs: list[tuple[int, int]]) -
     return ps, seeds, lrs, pairs, [n for n in (p_note, seed_note, lr_note, loop_note) if n]
 
 
+def window_within_steps(window: int | None, steps: int) -> tuple[int, str | None]:
+    """The final-loss window and a note, or ValueError. A window longer than the runs would average
+    whole curves, early steps and all, and call every finished cell stuck (run_status.py calls such
+    a run too-short): a --window given longer than --steps is refused, the default shortened."""
+    if window is None:
+        if steps >= DEFAULT_WINDOW:
+            return DEFAULT_WINDOW, None
+        return steps, (f"note: --steps {steps} is shorter than --window's default {DEFAULT_WINDOW}: the final loss "
+                       f"averages all {steps} steps")
+    if window > steps:
+        raise ValueError(f"--window {window} is longer than --steps {steps}: every cell's final loss would be its "
+                         f"whole run's mean, early steps and all; pass --window {steps} or less")
+    return window, None
+
+
+def negative_in_exponent_form(argv: list[str]) -> str | None:
+    """The first value such as -1e-3 in `argv`: argparse reads -N and -N.N as negative numbers but
+    takes -1e-3 for an unknown option, and says only 'expected at least one argument'."""
+    return next((a for a in argv if re.fullmatch(r"-(\d+\.?\d*|\.\d+)[eE][+-]?\d+", a)), None)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -336,10 +392,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "GPUs share them in turn (default: every visible GPU; 'none': CPU only)")
     ap.add_argument("--threads", type=int, help="torch threads per run (default: cores / jobs)")
     ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help=f"a run is trained when its final loss is below floor * (1 - margin) (default {DEFAULT_MARGIN})")
-    ap.add_argument("--window", type=int, default=DEFAULT_WINDOW, help=f"last steps averaged for the final loss (default {DEFAULT_WINDOW})")
+    ap.add_argument("--window", type=int, help=f"last steps averaged for the final loss, at most --steps "
+                                               f"(default {DEFAULT_WINDOW}, or --steps when fewer)")
     ap.add_argument("--work", type=Path, help="run folders (default checkpoints/p_sweep)")
     ap.add_argument("--out", type=Path, help="output stem: writes OUT.csv, OUT.png, OUT.md (default results/p_sweep)")
+    argv = sys.argv[1:] if argv is None else argv
+    exponent_form = negative_in_exponent_form(argv)
+    if exponent_form:
+        ap.error(f"{exponent_form}: argparse reads a negative number with an exponent as an option; write it "
+                 f"without one: {Decimal(exponent_form):f}")
     args = ap.parse_args(argv)
+    args.command = shell_line([PYTHON, "scripts/p_sweep.py", *argv])
     preset = PRESETS.get(args.preset, {})
     args.gpus = resolve_gpus(args.gpus)
     defaults = dict(p=DEFAULT_P, seeds=[0, 1, 2], lr=[1e-3], loops=None, steps=200, jobs=len(args.gpus) or 1,
@@ -362,8 +425,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not all(math.isfinite(lr) and lr > 0 for lr in args.lr):
         ap.error(f"--lr takes positive numbers, got {' '.join(map(str, args.lr))}")
     args.p, args.seeds, args.lr, args.loop_pairs, args.notes = merge_axes(args, loop_texts, loop_pairs)
-    if args.jobs < 1 or args.steps < 1 or args.window < 1 or not 0 <= args.margin < 1:
-        ap.error("--jobs, --steps and --window must be >= 1 and --margin in [0, 1)")
+    unset_or_positive = [v is None or v >= 1 for v in (args.window, args.threads)]   # None: the default
+    if args.jobs < 1 or args.steps < 1 or not all(unset_or_positive) or not 0 <= args.margin < 1:
+        ap.error("--jobs, --steps, --window and --threads must be >= 1 and --margin in [0, 1)")
+    try:
+        args.window, window_note = window_within_steps(args.window, args.steps)
+    except ValueError as e:
+        ap.error(str(e))
+    args.notes += [window_note] if window_note else []
     args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
     try:
         check_outputs(args.out, [".csv", ".png", ".md"], args.work)
@@ -376,7 +445,6 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     started = time.perf_counter()
-    command = shell_line([PYTHON, "scripts/p_sweep.py", *argv])
     work = args.work.resolve()
     for note in args.notes:
         print(note, flush=True)
@@ -454,13 +522,15 @@ def main(argv=None) -> int:
 
     rows = rows_so_far()
     write_csv(rows, args.out.with_suffix(".csv"))
+    md_path = args.out.with_suffix(".md")
     from scripts.sweep_plot import figure6_png
     png = figure6_png(rows, floor, args.out.with_suffix(".png"),
                       f"p sweep: {args.arch}, {args.steps} steps, seeds {' '.join(map(str, args.seeds))}",
                       margin=args.margin)
-    md = summary_markdown(rows, command=command, build_line=build_line, floor=floor, args=args, png=png,
-                          seconds=time.perf_counter() - started)
-    args.out.with_suffix(".md").write_text(md)
+    trained_by = training_commands([records[c] for c in cells if c in records], previous_commands(md_path))
+    md = summary_markdown(rows, commands=command_lines(trained_by, args.command), build_line=build_line, floor=floor,
+                          args=args, png=png, seconds=time.perf_counter() - started)
+    md_path.write_text(md)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("trained", "stuck", "diverged", "error")}
     print(f"{counts}; wrote {args.out.with_suffix('.csv')}, {png}, {args.out.with_suffix('.md')}")
     return 0 if counts["error"] == 0 else 1

@@ -167,6 +167,35 @@ def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp
     np.testing.assert_array_equal(read_png(out.with_suffix(".png")), decode_png(data))
 
 
+def test_a_rerun_keeps_the_commands_that_trained_the_cells(small_build, tmp_path, monkeypatch):
+    """OUT.md names the p_sweep.py commands that trained its cells: a rerun that only reclassifies
+    (another --window) adds its own line, and one that trains a new cell lists both with counts."""
+    def fake_training(cmd, log, **kwargs):     # run_cell's child: a 3-step log, no training
+        run_dir = Path(next(c for c in cmd if c.startswith("checkpoint_path=")).split("=", 1)[1])
+        run_dir.mkdir(parents=True)
+        (run_dir / "log.jsonl").write_text("".join(json.dumps({"step": i + 1, "train/lm_loss": 1.0}) + "\n"
+                                                   for i in range(3)))
+        return 0, 0.0
+    monkeypatch.setattr(p_sweep, "run_logged", fake_training)
+    monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
+    out = tmp_path / "sweep"
+    base = ["--data", str(small_build), "--seeds", "0", "--steps", "3", "--gpus", "none",
+            "--work", str(tmp_path / "work"), "--out", str(out)]
+    first, reclassify, grow = ([*base, "--p", "0.4"], [*base, "--p", "0.4", "--window", "2"],
+                               [*base, "--p", "0.4", "0.5"])
+    line = {name: p_sweep.shell_line([p_sweep.PYTHON, "scripts/p_sweep.py", *argv]) for name, argv in
+            (("first", first), ("reclassify", reclassify), ("grow", grow))}
+    assert p_sweep.main(first) == 0
+    assert f"Command: `{line['first']}`  \n" in out.with_suffix(".md").read_text()
+    assert p_sweep.main(reclassify) == 0
+    md = out.with_suffix(".md").read_text()
+    assert f"Command: `{line['first']}` (trained 1 cell)  \nSummary written by: `{line['reclassify']}`  \n" in md
+    assert p_sweep.main(grow) == 0
+    md = out.with_suffix(".md").read_text()
+    assert (f"Command: `{line['first']}` (trained 1 cell)  \nCommand: `{line['grow']}` (trained 1 cell)  \n"
+            in md) and "Summary written by" not in md
+
+
 # ------------------------------------------------------------ repeated values, folders, bad configs
 def test_repeated_values_make_one_cell_and_a_note():
     # hrm_tiny has H_cycles 2: --loops 3 is 2x3
@@ -203,6 +232,32 @@ def test_non_finite_p_and_bad_lr_are_refused():
         with pytest.raises(SystemExit) as e:
             p_sweep.parse_args(argv)
         assert e.value.code == 2
+
+
+def test_a_window_longer_than_the_runs_is_refused_and_the_default_one_shortened(capsys):
+    """A final-loss window longer than --steps would average every whole curve (and call finished
+    cells stuck where run_status.py says too-short): refused when given, the default cut to --steps."""
+    with pytest.raises(SystemExit) as e:
+        p_sweep.parse_args(["--steps", "10", "--window", "20"])
+    assert e.value.code == 2 and "--window 20 is longer than --steps 10" in capsys.readouterr().err
+    short = p_sweep.parse_args(["--steps", "30"])
+    assert short.window == 30
+    assert short.notes == ["note: --steps 30 is shorter than --window's default 50: the final loss averages all "
+                           "30 steps"]
+    assert (p_sweep.parse_args(["--steps", "100"]).window, p_sweep.parse_args(["--steps", "100"]).notes) == (50, [])
+    assert p_sweep.parse_args(["--steps", "10", "--window", "10"]).window == 10
+
+
+def test_zero_threads_and_exponent_form_negatives_are_usage_errors(capsys):
+    with pytest.raises(SystemExit) as e:     # not the default thread count in disguise
+        p_sweep.parse_args(["--threads", "0"])
+    assert e.value.code == 2 and "--threads must be >= 1" in capsys.readouterr().err
+    # argparse takes -1e-3 for an option ("expected at least one argument"): said plainly instead
+    with pytest.raises(SystemExit) as e:
+        p_sweep.parse_args(["--lr", "-1e-3", "1e-2"])
+    assert e.value.code == 2
+    assert "-1e-3: argparse reads a negative number with an exponent as an option; write it without one: -0.001" \
+        in capsys.readouterr().err
 
 
 def test_outputs_that_cannot_be_written_are_refused_before_any_run(tmp_path, capsys):

@@ -408,6 +408,19 @@ def test_folders_without_a_checkpoint_are_explained(small_build, tmp_path, capsy
     assert f"checkpoint {tmp_path / 'empty'}: a folder without model.pt" in one_line_error(capsys)
 
 
+def test_a_missing_step_folder_names_the_run_and_its_checkpoints(tmp_path, capsys):
+    """checkpoint=<run>/step_5 (removed by keep_checkpoints, or mistyped), or its model.pt: the run's
+    step folders are listed and the run folder suggested, as resuming does."""
+    run = tmp_path / "run"
+    for step in (3, 7):
+        (run / f"step_{step}").mkdir(parents=True)
+        (run / f"step_{step}" / "trainer.pt").write_bytes(b"")
+    for missing in (run / "step_5", run / "step_5" / "model.pt"):
+        assert predict.main([f"checkpoint={missing}"]) == 2
+        assert one_line_error(capsys) == (f"predict.py: error: checkpoint {missing}: no such file or folder; the run "
+                                          f"folder {run} holds step_3, step_7: checkpoint={run} evaluates its newest\n")
+
+
 def test_a_copy_beside_the_step_folders_is_not_a_checkpoint(small_build, tmp_path, capsys):
     """`cp -r step_7 step_7.bak` in a run folder: step_7 still evaluates (the previous-checkpoint
     hint lists the run's step_<N> folders only), and the run folder still means step_7."""

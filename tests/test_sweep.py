@@ -98,3 +98,25 @@ def test_a_sweep_job_starts_afresh_only_when_no_rank_has_a_checkpoint(tmp_path, 
     peer = False
     assert sweep.fresh_if_nothing_to_resume(config, rank1, "p=0.3").resume == "latest"
     assert seen[-1] is True
+
+
+def test_only_a_fresh_job_in_a_named_run_folder_with_checkpoints_is_in_the_way(tmp_path):
+    """The sweep check's look at a job's run folder: a fresh job (no resume) whose run_name or
+    checkpoint_path folder holds checkpoints is named; a resuming job, a default (time-stamped)
+    run name, and a relative folder of a job that changes directory (hydra.job.chdir) are not."""
+    from hrm.pretrain_config import PretrainConfig
+    folder = tmp_path / "cp" / "p=0.3"
+    (folder / "step_5").mkdir(parents=True)
+    (folder / "step_5" / "trainer.pt").write_bytes(b"")
+    fresh = PretrainConfig.model_construct(resume=None, checkpoint_path=str(tmp_path / "cp"), run_name=None,
+                                           project_name="p", data_path=str(tmp_path))
+    assert sweep.checkpoints_in_the_way(fresh, "p=0.3") == (
+        f"{folder} already holds checkpoints (step_5); pass resume=latest to continue the sweep's runs, or another "
+        f"run_name / checkpoint_path to start new ones")
+    assert sweep.checkpoints_in_the_way(fresh, "p=0.5") is None                     # another job's folder
+    assert sweep.checkpoints_in_the_way(fresh.model_copy(update={"resume": "latest"}), "p=0.3") is None
+    unnamed = fresh.model_copy(update={"checkpoint_path": None})
+    assert sweep.checkpoints_in_the_way(unnamed, "p=0.3") is None                   # <arch>-<time>-<tag>: new
+    relative = fresh.model_copy(update={"checkpoint_path": os.path.relpath(tmp_path / "cp")})
+    assert sweep.checkpoints_in_the_way(relative, "p=0.3") is not None
+    assert sweep.checkpoints_in_the_way(relative, "p=0.3", job_chdir=True) is None

@@ -201,6 +201,23 @@ def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
         resolve_resume(str(run / "step_11"), None)
 
 
+def test_a_missing_step_folder_names_the_run_and_its_last_checkpoints(tmp_path):
+    """resume=<run>/step_30 where keep_checkpoints removed step_30 (or a typo): the run's last step
+    folders are listed and the run folder, which continues from its newest, suggested."""
+    from hrm.train_checkpoint import resolve_resume
+    run = tmp_path / "run"
+    for step in (10, 20, 40, 50):
+        (run / f"step_{step}").mkdir(parents=True)
+        (run / f"step_{step}" / "trainer.pt").write_bytes(b"")
+    with pytest.raises(FileNotFoundError) as err:
+        resolve_resume(str(run / "step_30"), None)
+    assert str(err.value) == (f"resume={run / 'step_30'}: no such folder; the run folder {run} holds ..., step_20, "
+                              f"step_40, step_50: resume={run} continues from its newest")
+    with pytest.raises(FileNotFoundError) as err:      # no run beside it: nothing to suggest
+        resolve_resume(str(tmp_path / "elsewhere" / "step_30"), None)
+    assert str(err.value) == f"resume={tmp_path / 'elsewhere' / 'step_30'}: no such folder"
+
+
 def test_resume_latest_that_finds_nothing_names_the_same_run_in_another_project(tmp_path):
     """The project defaults to `<data folder>-hrm`: `resume=latest run_name=X` with data_path set to
     another build looks in another project; the error points at where run X's checkpoints are."""
@@ -978,6 +995,25 @@ def test_a_sweep_checks_every_job_before_the_first_starts(small_build, tmp_path)
     assert ("invalid sweep: 1 of its 2 jobs cannot run; none was started\njob #1 (global_batch_size=8):\n"
             "  global_batch_size=8 is not divisible by the world size 3") in run.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_a_fresh_sweep_over_runs_that_hold_checkpoints_stops_before_its_first_job(small_build, tmp_path):
+    """The same sweep with a run_name run again without resume=latest: the second job's run folder
+    already holds a checkpoint, so the job would be refused when it starts, after the first one had
+    trained in full. The check names it before any job starts (exit 2), and job #0 writes nothing;
+    with checkpoint_path the job's folder is <checkpoint_path>/<swept values>."""
+    env = dict(os.environ, WANDB_MODE="disabled", WORLD_SIZE="1")
+    for fixed, held in (("run_name=sw", tmp_path / "checkpoints" / "sweep" / "sw-arch.scaling.p=0.5"),
+                        (f"checkpoint_path={tmp_path / 'cp'}", tmp_path / "cp" / "arch.scaling.p=0.5")):
+        (held / "step_1").mkdir(parents=True)
+        (held / "step_1" / "trainer.pt").write_bytes(b"")
+        run = subprocess.run(sweep_cmd(small_build, fixed, "arch.scaling.p=0.3,0.5"), cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120, env=env)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert "invalid sweep: 1 of its 2 jobs cannot run; none was started" in run.stderr, run.stderr[-3000:]
+        assert (f"job #1 (arch.scaling.p=0.5):\n  {held.relative_to(tmp_path) if fixed[0] == 'r' else held} "
+                f"already holds checkpoints (step_1); pass resume=latest") in run.stderr, run.stderr[-3000:]
+        assert sorted(p.name for p in held.parent.iterdir()) == [held.name]   # job #0 never started
 
 
 def test_evaluation_logs_pass_at_k_as_vote_py_scores_the_predictions(small_build, tmp_path, monkeypatch):
