@@ -9,8 +9,9 @@ locked; the file stays (removing it would let two processes lock two different f
 
 Public API
 ----------
-``RunLock.acquire(run_dir) -> RunLock``   ValueError naming the holder (pid, host, start) when the
-                                          folder is in use; creates the folder when it is missing.
+``RunLock.acquire(run_dir) -> RunLock``   RunFolderInUse (a ValueError) naming the holder (pid, host,
+                                          start) when the folder is in use; creates the folder when
+                                          it is missing.
 ``lock.release(cleanup=False)``           idempotent; ``cleanup`` also removes the lock file and the
                                           folders acquire() created, if nothing else was put there
                                           (a start refused after the lock was taken leaves nothing).
@@ -30,6 +31,14 @@ except ImportError:     # not POSIX (Windows): runs go unguarded, as before
     fcntl = None
 
 LOCK_NAME = ".lock"
+
+
+class RunFolderInUse(ValueError):
+    """Another process holds the run folder; `holder` says which ("pid 123 on node7 since ...")."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
 
 
 class RunLock:
@@ -52,8 +61,9 @@ class RunLock:
                 handle.seek(0)
                 holder = handle.read().strip() or "another process"
                 handle.close()
-                raise ValueError(f"{run_dir} is in use: {holder} is training into it (it holds {path}); wait "
-                                 f"for it to end, or choose another run_name / checkpoint_path") from None
+                raise RunFolderInUse(f"{run_dir} is in use: {holder} is training into it (it holds {path}); "
+                                     f"wait for it to end, or choose another run_name / checkpoint_path",
+                                     holder) from None
             # a filesystem without flock (some network mounts): train unguarded rather than not at all
             print(f"warning: cannot lock {path} ({e.strerror}); nothing stops another "
                   f"run from writing into {run_dir} at the same time", file=sys.stderr, flush=True)

@@ -207,13 +207,32 @@ def split_finished(cells: list[Cell], args, build: Path, digest: str, work: Path
     return records, todo
 
 
+def wipe_cell(cell_dir: Path, run_dir: Path) -> None:
+    """Remove an unfinished cell's folder before it trains again, unless a training still holds its
+    run (another p_sweep.py over the same --work, say): that one would lose its files mid-run. The
+    run's lock is held while the folder goes, so no training can start in it meanwhile."""
+    from hrm.run_lock import RunFolderInUse, RunLock
+    lock = None
+    if run_dir.is_dir():
+        try:
+            lock = RunLock.acquire(run_dir)
+        except RunFolderInUse as e:
+            raise ExperimentError(f"{cell_dir} is being trained by {e.holder} (another sweep over the same --work?); "
+                                  f"let it finish, or give this sweep another --work") from None
+    try:
+        shutil.rmtree(cell_dir)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | None = None) -> dict:
     """Train one cell (its folder wiped first), on `gpu` when given, and record how it ended."""
     cell_dir = work / cell.folder
     run_dir = cell_dir / "run"
     cmd = train_command(cell, args, build, run_dir)
     if cell_dir.exists():
-        shutil.rmtree(cell_dir)
+        wipe_cell(cell_dir, run_dir)
     check_build(build, digest)
     code, seconds = run_logged(cmd, cell_dir / "train.log", step=f"cell {cell.folder}", threads=args.threads,
                                allowed_codes=tuple(range(256)),

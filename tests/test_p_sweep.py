@@ -5,6 +5,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -369,3 +370,19 @@ def test_failure_reason_is_the_last_lines_trimmed(tmp_path):
     log.write_text("$ python pretrain.py ...\n")
     assert p_sweep.failure_reason(log) == []
     assert p_sweep.failure_reason(tmp_path / "absent.log") == ["(no train.log)"]
+
+
+def test_a_cell_another_process_is_training_is_not_wiped(tmp_path):
+    """A rerun wipes an unfinished cell's folder before training it again, but not while a training
+    still holds the cell's run (two sweeps over one --work): that run would lose its files."""
+    from hrm.run_lock import RunLock
+    cell_dir = tmp_path / "lr0.001_loops2x2" / "p0.500_seed0"
+    (cell_dir / "run").mkdir(parents=True)
+    (cell_dir / "train.log").write_text("step 3 of the other sweep's run\n")
+    held = RunLock.acquire(cell_dir / "run")
+    with pytest.raises(p_sweep.ExperimentError, match=f"{cell_dir} is being trained by pid {os.getpid()} on "):
+        p_sweep.wipe_cell(cell_dir, cell_dir / "run")
+    assert (cell_dir / "train.log").is_file()
+    held.release()
+    p_sweep.wipe_cell(cell_dir, cell_dir / "run")
+    assert not cell_dir.exists()
