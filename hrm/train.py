@@ -169,6 +169,16 @@ class Trainer:
         except BaseException:   # refused (here or on another rank): the folder is left as it was found
             self.release_run_lock(cleanup=True)
             raise
+        try:
+            self._start(resumed_from)
+        except BaseException:   # the folder is freed for whoever tries next in this process
+            self.release_run_lock()
+            raise
+
+    def _start(self, resumed_from: Path | None) -> None:
+        """Once every rank's checks have passed: the same weights everywhere, then rank 0 says where
+        the run starts, writes its config and opens its log."""
+        cfg, info = self.config, self.info
         broadcast_module_(self.model, info)   # every rank from rank 0's weights (a checkpoint's too), to be sure
         if info.is_main:
             self._tell_start(resumed_from)
@@ -481,9 +491,11 @@ class Trainer:
                 self.save()
         finally:
             bar.close()
-            if self.log is not None:
-                self.log.close()
-            self.release_run_lock()
+            try:
+                if self.log is not None:
+                    self.log.close()
+            finally:    # even when closing the log (W&B) fails
+                self.release_run_lock()
         seconds = time.perf_counter() - started
         return {"step": self.step, "eval": last_eval, "seconds": seconds, "steps_run": self.step - first_step,
                 "steps_per_second": (self.step - first_step) / seconds if seconds > 0 else 0.0}

@@ -27,7 +27,6 @@ import json
 import math
 import os
 import shlex
-import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +38,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      check_outputs, latest_checkpoint, last_eval, read_run_log, run_logged, shell_line,
+                                      check_outputs, latest_checkpoint, last_eval, read_run_log,
+                                      remove_unless_training, run_logged, shell_line,
                                       gpu_env, resolve_gpus, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
 # batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model
@@ -123,7 +123,7 @@ def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say, gpu
         if recipe.preset != "cpu":
             raise ExperimentError(f"{run_dir} exists: remove it, choose another --work, or make the table "
                                   f"from it with --report")
-        shutil.rmtree(run_dir)
+        remove_unless_training(run_dir, run_dir, "another compare.py over the same --work?")
     check_build(recipe.build, digest)
     say(f"{arm.name}: build verified (digest {digest[:16]}...), training" + (f" on GPU {gpu}" if gpu else ""))
     _, train_s = run_logged(recipe.train_cmd(arm), run_dir / "train.log", step=f"{arm.name} training",
@@ -367,8 +367,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.threads = max(1, (os.cpu_count() or 1) // (args.jobs or 2))
     writes = args.preset == "cpu" or args.launch or args.report   # the paper recipe alone is only printed
     try:
-        if writes:
-            check_outputs(args.out, [".md", ".json"], args.work or Path(f"checkpoints/compare_{args.preset}"))
+        if writes:   # --report writes the table only: its run folders are read, and may be read-only
+            check_outputs(args.out, [".md", ".json"],
+                          None if args.report else args.work or Path(f"checkpoints/compare_{args.preset}"))
     except ExperimentError as e:
         ap.error(str(e))
     return args

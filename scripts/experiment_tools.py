@@ -91,11 +91,12 @@ def check_build(build: Path, expected_digest: str) -> None:
 
 
 # ----------------------------------------------------------------------------- output paths
-def check_outputs(out: Path, suffixes: list[str], work: Path) -> None:
+def check_outputs(out: Path, suffixes: list[str], work: Path | None) -> None:
     """Refuse, before any run, outputs that could not be written at the end: --out is a file stem
     (OUT.csv, OUT.md, ...), so a folder given as --out would put the files beside it
     (`--out results/` writes `results.csv`), and a file in the path of --out or --work would stop
-    the script with a traceback only after its runs."""
+    the script with a traceback only after its runs. `work`: None where the runs are only read
+    (compare.py --report: another user's read-only runs are fine)."""
     from evaluate.errors import EvaluationInputError
     from evaluate.outputs import check_output_dir, check_output_file
     out = Path(out)
@@ -106,9 +107,30 @@ def check_outputs(out: Path, suffixes: list[str], work: Path) -> None:
     try:
         for suffix in suffixes:
             check_output_file(out.with_suffix(suffix), "--out")
-        check_output_dir(work, "--work")
+        if work is not None:
+            check_output_dir(work, "--work")
     except EvaluationInputError as e:
         raise ExperimentError(str(e)) from None
+
+
+def remove_unless_training(folder: Path, run_dir: Path, who: str) -> None:
+    """Remove `folder` (an unfinished cell or arm, to train it again from scratch) unless a training
+    still holds `run_dir` inside it (`who`: the likely holder, for the message): that run would
+    lose its files mid-training. The run's lock is held while the folder goes, so no training can
+    start in it meanwhile."""
+    from hrm.run_lock import RunFolderInUse, RunLock
+    lock = None
+    if run_dir.is_dir():
+        try:
+            lock = RunLock.acquire(run_dir)
+        except RunFolderInUse as e:
+            raise ExperimentError(f"{folder} is being trained by {e.holder} ({who}); let it finish, or give "
+                                  f"this run another --work") from None
+    try:
+        shutil.rmtree(folder)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 # ----------------------------------------------------------------------------- subprocesses

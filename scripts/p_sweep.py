@@ -45,7 +45,6 @@ import math
 import os
 import queue
 import re
-import shutil
 import sys
 import threading
 import time
@@ -59,7 +58,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      check_outputs, last_eval, read_run_log, run_logged, shell_line, tail_mean,
+                                      check_outputs, last_eval, read_run_log, remove_unless_training, run_logged,
+                                      shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, FINISHED, classify_run,  # noqa: E402
                                 smoothed_min, unigram_floor)
@@ -207,32 +207,13 @@ def split_finished(cells: list[Cell], args, build: Path, digest: str, work: Path
     return records, todo
 
 
-def wipe_cell(cell_dir: Path, run_dir: Path) -> None:
-    """Remove an unfinished cell's folder before it trains again, unless a training still holds its
-    run (another p_sweep.py over the same --work, say): that one would lose its files mid-run. The
-    run's lock is held while the folder goes, so no training can start in it meanwhile."""
-    from hrm.run_lock import RunFolderInUse, RunLock
-    lock = None
-    if run_dir.is_dir():
-        try:
-            lock = RunLock.acquire(run_dir)
-        except RunFolderInUse as e:
-            raise ExperimentError(f"{cell_dir} is being trained by {e.holder} (another sweep over the same --work?); "
-                                  f"let it finish, or give this sweep another --work") from None
-    try:
-        shutil.rmtree(cell_dir)
-    finally:
-        if lock is not None:
-            lock.release()
-
-
 def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | None = None) -> dict:
     """Train one cell (its folder wiped first), on `gpu` when given, and record how it ended."""
     cell_dir = work / cell.folder
     run_dir = cell_dir / "run"
     cmd = train_command(cell, args, build, run_dir)
     if cell_dir.exists():
-        wipe_cell(cell_dir, run_dir)
+        remove_unless_training(cell_dir, run_dir, "another sweep over the same --work?")
     check_build(build, digest)
     code, seconds = run_logged(cmd, cell_dir / "train.log", step=f"cell {cell.folder}", threads=args.threads,
                                allowed_codes=tuple(range(256)),

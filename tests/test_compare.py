@@ -3,6 +3,7 @@ subset, and a real (micro) run of both arms through train, predict and vote."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -48,6 +49,22 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_run(tmp_path, cap
         err = capsys.readouterr().err
         assert e.value.code == 2 and message in err, (argv, err)
     assert compare.main(["--preset", "paper", "--out", str(tmp_path)]) == 0   # printing the recipe writes nothing
+
+
+def test_report_reads_runs_it_cannot_write_to(tmp_path, monkeypatch, capsys):
+    """--report only reads --work (say, a colleague's runs, read-only to this user): a --work
+    without write permission is no reason to refuse it; a run being made still needs one."""
+    import evaluate.outputs
+    work = tmp_path / "shared_runs"
+    work.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(evaluate.outputs.os, "access",
+                        lambda path, mode: False if Path(path) == work else real_access(path, mode))
+    args = compare.parse_args(["--preset", "paper", "--report", "--work", str(work), "--out", str(tmp_path / "t")])
+    assert args.report and args.work == work
+    with pytest.raises(SystemExit) as e:
+        compare.parse_args(["--preset", "paper", "--launch", "--work", str(work), "--out", str(tmp_path / "t")])
+    assert e.value.code == 2 and f"no permission to write in {work}" in capsys.readouterr().err
 
 
 def test_paper_recipe_prints_the_8_gpu_commands(capsys):

@@ -381,8 +381,8 @@ def test_a_cell_another_process_is_training_is_not_wiped(tmp_path):
     (cell_dir / "train.log").write_text("step 3 of the other sweep's run\n")
     held = RunLock.acquire(cell_dir / "run")
     with pytest.raises(p_sweep.ExperimentError, match=f"{cell_dir} is being trained by pid {os.getpid()} on "):
-        p_sweep.wipe_cell(cell_dir, cell_dir / "run")
+        p_sweep.remove_unless_training(cell_dir, cell_dir / "run", "another sweep")
     assert (cell_dir / "train.log").is_file()
     held.release()
-    p_sweep.wipe_cell(cell_dir, cell_dir / "run")
+    p_sweep.remove_unless_training(cell_dir, cell_dir / "run", "another sweep")
     assert not cell_dir.exists()

@@ -170,6 +170,21 @@ def test_a_run_folder_in_use_by_another_training_is_refused_until_it_ends(small_
                    progress=False).step == 2
 
 
+def test_a_start_that_fails_after_its_checks_frees_the_run_folder(small_build, tmp_path, monkeypatch):
+    """The log (W&B, say) failing to open after every check passed: an in-process caller that
+    catches the error can start the run again; the folder is not left held."""
+    import hrm.train
+
+    def unreachable(*args, **kwargs):
+        raise OSError("wandb: network unreachable")
+    with monkeypatch.context() as patch:
+        patch.setattr(hrm.train, "RunLog", unreachable)
+        with pytest.raises(OSError, match="network unreachable") as failed:   # kept, as a caller's handler
+            Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False)
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    assert failed.traceback     # the failed Trainer was still referenced (by its frames) throughout
+
+
 def test_a_run_folder_blocked_by_a_file_is_refused_at_start_up(small_build, tmp_path):
     """checkpoint_path at a file, or under one: a start-up refusal naming the file (exit 2 in
     pretrain.py), not mkdir's traceback once the model is built; a branch's folder too."""
