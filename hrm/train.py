@@ -244,9 +244,14 @@ class Trainer:
             resumed_from = self._resume()
         else:
             self._check_fresh_folder()
-        if info.is_main:    # last: a run refused for another reason does not create its folder
-            self.run_lock = RunLock.acquire(self.run_dir)
         return resumed_from
+
+    def _hold_run_folder(self) -> None:
+        """Rank 0 takes the run folder (hrm/run_lock.py) before anything in it is read or written:
+        a second start of a run in progress is refused as such, before it loads a checkpoint the
+        live run may be pruning. Creates the folder; a refused start removes what it created."""
+        if self.info.is_main:
+            self.run_lock = RunLock.acquire(self.run_dir)
 
     def release_run_lock(self, cleanup: bool = False) -> None:
         """Let another process train into the run folder (at the end of fit; `cleanup` after a
@@ -265,6 +270,7 @@ class Trainer:
         if not (cfg.checkpoint_path or cfg.run_name):
             self.run_dir = ckpt.parent  # keep writing into the run we continue
         check_run_folder_usable(self.run_dir)   # a branch's new folder may be blocked by a file
+        self._hold_run_folder()
         if ckpt.parent.resolve() != self.run_dir.resolve() and list_checkpoints(self.run_dir):
             # a fork (another run's checkpoint, this run's name) must not mix into a third run
             raise ValueError(f"resume={cfg.resume}: this run's folder {self.run_dir} already holds checkpoints "
@@ -292,6 +298,7 @@ class Trainer:
     def _check_fresh_folder(self) -> None:
         """A fresh run never mixes into an old one's checkpoints and log."""
         check_run_folder_usable(self.run_dir)
+        self._hold_run_folder()
         existing = list_checkpoints(self.run_dir)
         if existing:
             raise ValueError(f"{self.run_dir} already holds checkpoints ({existing[-1].name}); pass resume=latest "

@@ -170,6 +170,22 @@ def test_a_run_folder_in_use_by_another_training_is_refused_until_it_ends(small_
                    progress=False).step == 2
 
 
+def test_a_resume_of_a_run_in_progress_is_refused_before_reading_its_checkpoint(small_build, tmp_path,
+                                                                                  monkeypatch):
+    """A requeued job while the first still trains: refused as in use before the checkpoint is read
+    (the live run may be pruning it, which would surface as a damaged file instead)."""
+    import hrm.train
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    live = Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
+
+    def pruned(*args, **kwargs):
+        raise FileNotFoundError("step_1/model.pt vanished")
+    monkeypatch.setattr(hrm.train, "load_checkpoint", pruned)
+    with pytest.raises(ValueError, match="is in use"):
+        Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
+    assert live.run_lock is not None
+
+
 def test_a_start_that_fails_after_its_checks_frees_the_run_folder(small_build, tmp_path, monkeypatch):
     """The log (W&B, say) failing to open after every check passed: an in-process caller that
     catches the error can start the run again; the folder is not left held."""
