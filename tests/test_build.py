@@ -170,7 +170,7 @@ def test_interrupted_build_leaves_nothing_and_existing_target_is_refused(tmp_pat
     args = ["--source-dir", str(src), "--num-aug", "3", "--output-dir", str(out), "--quiet"]
     assert build_arc.main(args) == 0
     before = sha256(out / "manifest.json")
-    assert build_arc.main(args) == 1
+    assert build_arc.main(args) == 2
     assert "already exists" in capsys.readouterr().err and sha256(out / "manifest.json") == before
     assert build_arc.main(args + ["--overwrite", "--seed", "1"]) == 0
     assert sha256(out / "manifest.json") != before
@@ -196,7 +196,7 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path, capsys, case):
     write_task(src / "training", "good", small_task(0))
     bad_file = write_task(src / "training", "bad", task)
     out = tmp_path / "b"
-    assert build_arc.main(["--source-dir", str(src), "--num-aug", "2", "--output-dir", str(out), "--quiet"]) == 1
+    assert build_arc.main(["--source-dir", str(src), "--num-aug", "2", "--output-dir", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert str(bad_file) in err and where in err and what in err, err
     assert sorted(os.listdir(tmp_path)) == ["src"]
@@ -207,7 +207,7 @@ def test_same_task_name_from_two_sources_is_refused(tmp_path, capsys):
     write_task(tmp_path / "two" / "concept", "dup", small_task(1))
     out = tmp_path / "b"
     args = ["--source-dir", str(tmp_path / "one"), "--extra-dir", str(tmp_path / "two"), "--output-dir", str(out), "--quiet"]
-    assert build_arc.main(args) == 1
+    assert build_arc.main(args) == 2
     err = capsys.readouterr().err
     assert "dup" in err and str(tmp_path / "one" / "training" / "dup.json") in err and str(tmp_path / "two" / "concept" / "dup.json") in err
     assert not out.exists()
@@ -221,11 +221,11 @@ def test_a_task_named_like_an_augmented_puzzle_is_refused(tmp_path, capsys):
     assert build_arc.main(args) == 0
     bad = write_task(tmp_path / "src2" / "evaluation", "Clean_t3_0123456789", small_task(1))
     args = ["--source-dir", str(tmp_path / "src2"), "--output-dir", str(tmp_path / "c"), "--quiet"]
-    assert build_arc.main(args) == 1
+    assert build_arc.main(args) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and "'Clean_t3_0123456789' has the form of an augmented puzzle's name" in err, err
     write_task(tmp_path / "src3" / "training", "plain", dict(small_task(2), name="x_t0_9876543210"))
-    assert build_arc.main(["--source-dir", str(tmp_path / "src3"), "--output-dir", str(tmp_path / "d"), "--quiet"]) == 1
+    assert build_arc.main(["--source-dir", str(tmp_path / "src3"), "--output-dir", str(tmp_path / "d"), "--quiet"]) == 2
     assert "'x_t0_9876543210' has the form" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["b", "src", "src2", "src3"]
 
@@ -248,7 +248,8 @@ def copy_build(src: Path, dst: Path) -> Path:
 
 def test_verify_passes_on_an_intact_build(verified_build, capsys):
     assert build_arc.main(["--verify", str(verified_build)]) == 0
-    assert "OK" in capsys.readouterr().out
+    assert build_arc.main(["--verify", str(verified_build / "manifest.json")]) == 0   # its manifest named instead
+    assert capsys.readouterr().out.splitlines()[-1] == f"{verified_build}: OK"
 
 
 @pytest.mark.parametrize("rel", NPY_FILES)
@@ -325,7 +326,7 @@ def test_overwrite_refuses_a_folder_that_is_not_a_build(tmp_path, monkeypatch, c
     out = tmp_path / "notes"
     write_task(out, "keep", "my notes")
     no_work(monkeypatch)
-    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--overwrite", "--quiet"]) == 1
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--overwrite", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"--output-dir {out}" in err and "neither a build (no manifest.json) nor empty" in err, err
     assert (out / "keep.json").read_text() == "my notes" and sorted(os.listdir(tmp_path)) == ["notes", "src"]
@@ -350,7 +351,7 @@ def test_output_overlapping_a_source_folder_is_refused(tmp_path, monkeypatch, ca
     before = {p: p.read_bytes() for p in tmp_path.rglob("*.json")}
     no_work(monkeypatch)
     args = ["--source-dir", str(main_src), "--extra-dir", str(extra), "--output-dir", str(out), "--overwrite", "--quiet"]
-    assert build_arc.main(args) == 1
+    assert build_arc.main(args) == 2
     err = capsys.readouterr().err
     assert f"--output-dir {out} {relation} the source folder {flag} {src}" in err, err
     assert {p: p.read_bytes() for p in tmp_path.rglob("*.json")} == before
@@ -362,7 +363,7 @@ def test_overwrite_refuses_a_regular_file_and_leaves_nothing(tmp_path, monkeypat
     out = tmp_path / "b"
     out.write_text("not a folder")
     no_work(monkeypatch)
-    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--overwrite", "--quiet"]) == 1
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--overwrite", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"--output-dir {out}: exists and is not a directory" in err and "Traceback" not in err, err
     assert out.read_text() == "not a folder" and sorted(os.listdir(tmp_path)) == ["b", "src"]
@@ -375,7 +376,7 @@ def test_an_output_dir_under_a_file_is_refused_before_any_work(tmp_path, monkeyp
     (tmp_path / "notes.txt").write_text("not a folder")
     no_work(monkeypatch)
     out = tmp_path / "notes.txt" / "sub" / "b"
-    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--quiet"]) == 1
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"--output-dir {out}: {tmp_path / 'notes.txt'} is in its path and is not a directory" in err, err
     assert sorted(os.listdir(tmp_path)) == ["notes.txt", "src"]
