@@ -265,12 +265,18 @@ class Trainer:
         continue (architecture, build, batch order, folder): model, optimizers, reader position,
         carry and random state. Returns the checkpoint's folder."""
         cfg, info = self.config, self.info
-        ckpt = resolve_resume(cfg.resume, self.run_dir if (cfg.checkpoint_path or cfg.run_name) else None,
-                              other_projects=not cfg.checkpoint_path)
-        if not (cfg.checkpoint_path or cfg.run_name):
+        named = bool(cfg.checkpoint_path or cfg.run_name)
+        # A named run's folder is known now: taken before its `latest` is read, so that a live run
+        # that has not saved yet is refused as in use (not as 'no checkpoint'); a branch's new
+        # folder may be blocked by a file.
+        if named:
+            check_run_folder_usable(self.run_dir)
+            self._hold_run_folder()
+        ckpt = resolve_resume(cfg.resume, self.run_dir if named else None, other_projects=not cfg.checkpoint_path)
+        if not named:
             self.run_dir = ckpt.parent  # keep writing into the run we continue
-        check_run_folder_usable(self.run_dir)   # a branch's new folder may be blocked by a file
-        self._hold_run_folder()
+            check_run_folder_usable(self.run_dir)
+            self._hold_run_folder()
         if ckpt.parent.resolve() != self.run_dir.resolve() and list_checkpoints(self.run_dir):
             # a fork (another run's checkpoint, this run's name) must not mix into a third run
             raise ValueError(f"resume={cfg.resume}: this run's folder {self.run_dir} already holds checkpoints "

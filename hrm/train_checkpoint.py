@@ -178,6 +178,8 @@ def missing_step_hint(path: str | Path, option: str = "resume", does: str = "con
     path = Path(path)
     if path.name == "model.pt":
         path = path.parent
+    if path.exists():   # the step folder is there (its model.pt is not): the run folder would choose it again
+        return ""
     found = [c.name for c in list_checkpoints(path.parent)]
     if not found:
         return ""

@@ -494,10 +494,20 @@ def main(argv=None) -> int:
         return [cell_row(c, records[c], work / c.folder / "run", floor, args.margin, args.window)
                 for c in cells if c in records]
 
+    # A cell that cannot run (another sweep is training it, the build changed) stops the sweep: the
+    # cells still queued are not started (they would race that sweep for its cells); those running
+    # finish and are recorded.
+    stopped = threading.Event()
+
     def one(cell: Cell) -> None:
         gpu = slots.get()
         try:
+            if stopped.is_set():
+                return
             record = run_cell(cell, args, build, digest, work, gpu)
+        except BaseException:
+            stopped.set()
+            raise
         finally:
             slots.put(gpu)
         with lock:

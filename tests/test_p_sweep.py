@@ -372,6 +372,35 @@ def test_failure_reason_is_the_last_lines_trimmed(tmp_path):
     assert p_sweep.failure_reason(tmp_path / "absent.log") == ["(no train.log)"]
 
 
+def test_a_cell_another_sweep_is_training_stops_the_sweep_before_its_next_cells(small_build, tmp_path,
+                                                                               monkeypatch, capsys):
+    """Two sweeps over one --work: the second, refused the cell the first is training, does not go
+    on to train the cells queued after it (it would race the first sweep for those too)."""
+    from hrm.run_lock import RunLock
+    trained = []
+
+    def fake_training(cmd, log, **kwargs):
+        run_dir = Path(next(c for c in cmd if c.startswith("checkpoint_path=")).split("=", 1)[1])
+        trained.append(run_dir.parent.name)
+        run_dir.mkdir(parents=True)
+        (run_dir / "log.jsonl").write_text("".join(json.dumps({"step": i + 1, "train/lm_loss": 1.0}) + "\n"
+                                                   for i in range(3)))
+        return 0, 0.0
+    monkeypatch.setattr(p_sweep, "run_logged", fake_training)
+    monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
+    work = tmp_path / "work"
+    held_run = work / "lr0.001_loops2x2" / "p0.400_seed0" / "run"
+    held_run.mkdir(parents=True)
+    held = RunLock.acquire(held_run)      # the other sweep's training of the first cell
+    argv = ["--data", str(small_build), "--seeds", "0", "--steps", "3", "--gpus", "none", "--jobs", "1",
+            "--p", "0.4", "0.5", "0.6", "--work", str(work), "--out", str(tmp_path / "sweep")]
+    assert p_sweep.main(argv) == 1
+    assert "p0.400_seed0 is being trained by" in capsys.readouterr().err
+    assert trained == [] and held_run.is_dir()
+    held.release()
+    assert p_sweep.main(argv) == 0 and sorted(trained) == ["p0.400_seed0", "p0.500_seed0", "p0.600_seed0"]
+
+
 def test_a_cell_another_process_is_training_is_not_wiped(tmp_path):
     """A rerun wipes an unfinished cell's folder before training it again, but not while a training
     still holds the cell's run (two sweeps over one --work): that run would lose its files."""

@@ -419,6 +419,9 @@ def test_a_missing_step_folder_names_the_run_and_its_checkpoints(tmp_path, capsy
         assert predict.main([f"checkpoint={missing}"]) == 2
         assert one_line_error(capsys) == (f"predict.py: error: checkpoint {missing}: no such file or folder; the run "
                                           f"folder {run} holds step_3, step_7: checkpoint={run} evaluates its newest\n")
+    # step_7 is there without its model.pt: the run folder, whose newest it is, is no way out
+    assert predict.main([f"checkpoint={run / 'step_7' / 'model.pt'}"]) == 2
+    assert "evaluates its newest" not in one_line_error(capsys)
 
 
 def test_a_copy_beside_the_step_folders_is_not_a_checkpoint(small_build, tmp_path, capsys):

@@ -186,6 +186,21 @@ def test_a_resume_of_a_run_in_progress_is_refused_before_reading_its_checkpoint(
     assert live.run_lock is not None
 
 
+def test_a_requeue_of_a_run_that_has_not_saved_yet_is_refused_as_in_use(small_build, tmp_path):
+    """resume=latest into a named run folder whose live run has no checkpoint yet: refused as in
+    use (the folder is taken before its `latest` is looked for), not as 'no checkpoint under'."""
+    live = Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False)
+    with pytest.raises(ValueError, match="is in use"):
+        Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, resume="latest"), CPU, progress=False)
+    live.release_run_lock()
+    with pytest.raises(FileNotFoundError, match="no checkpoint under"):     # nobody in it: nothing to resume
+        Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, resume="latest"), CPU, progress=False)
+    with pytest.raises(FileNotFoundError, match="no checkpoint under"):     # and a refusal leaves no folder
+        Trainer(micro_config(small_build, tmp_path / "new" / "run", max_steps=1, resume="latest"), CPU,
+                progress=False)
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_start_that_fails_after_its_checks_frees_the_run_folder(small_build, tmp_path, monkeypatch):
     """The log (W&B, say) failing to open after every check passed: an in-process caller that
     catches the error can start the run again; the folder is not left held."""
