@@ -167,26 +167,46 @@ class RunStatusError(ValueError):
     """A folder that is not a run, or a build that cannot be found; the message names it."""
 
 
+def recorded_build(run_dir: Path) -> tuple[list[Path], str]:
+    """Where the run's all_config.yaml data_path may be (relative to the working directory, or to
+    the repository root, where pretrain.py is usually started), and where that was read."""
+    config_file = run_dir / "all_config.yaml"
+    try:
+        config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+    except yaml.YAMLError as e:
+        raise RunStatusError(f"{config_file}: not valid YAML ({str(e).splitlines()[0]}); "
+                             f"pass --data BUILD") from None
+    recorded = config.get("data_path") if isinstance(config, dict) else None
+    if not isinstance(recorded, str) or not recorded:
+        raise RunStatusError(f"{run_dir}: no data_path in {config_file}; pass --data BUILD")
+    repo = Path(__file__).resolve().parents[1]
+    return [Path(recorded), repo / recorded], f"data_path in {config_file}"
+
+
+def first_build(candidates: list[Path]) -> Path | None:
+    return next((b for b in candidates if (b / "train" / "dataset.json").is_file()), None)
+
+
+def trained_on_another_build(run_dir: Path, data: str) -> str | None:
+    """A note when --data is not the build the run recorded (their manifest digests differ, both
+    being there): the floor, and so the status, is then --data's, which may not be what was meant."""
+    from arc_data.manifest import read_manifest
+    try:
+        recorded = first_build(recorded_build(run_dir)[0])
+        if recorded is None or read_manifest(recorded)["digest"] == read_manifest(data)["digest"]:
+            return None
+    except (RunStatusError, OSError, ValueError):     # nothing recorded, or no manifest to compare
+        return None
+    return (f"note: {run_dir} was trained on {recorded}, another build than --data {data} (their manifest "
+            f"digests differ): it is classified against the floor of --data")
+
+
 def find_build(run_dir: Path, data: str | None) -> Path:
-    """--data, else the run's all_config.yaml data_path (relative to the working directory, or to
-    the repository root, where pretrain.py is usually started)."""
-    if data:
-        candidates, source = [Path(data)], "--data"
-    else:
-        config_file = run_dir / "all_config.yaml"
-        try:
-            config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
-        except yaml.YAMLError as e:
-            raise RunStatusError(f"{config_file}: not valid YAML ({str(e).splitlines()[0]}); "
-                                 f"pass --data BUILD") from None
-        recorded = config.get("data_path") if isinstance(config, dict) else None
-        if not isinstance(recorded, str) or not recorded:
-            raise RunStatusError(f"{run_dir}: no data_path in {config_file}; pass --data BUILD")
-        repo = Path(__file__).resolve().parents[1]
-        candidates, source = [Path(recorded), repo / recorded], f"data_path in {config_file}"
-    for build in candidates:
-        if (build / "train" / "dataset.json").is_file():
-            return build
+    """--data, else the run's all_config.yaml data_path (recorded_build)."""
+    candidates, source = ([Path(data)], "--data") if data else recorded_build(run_dir)
+    build = first_build(candidates)
+    if build is not None:
+        return build
     moved = "" if data else "; if the build has moved since, pass --data BUILD"
     raise RunStatusError(f"{candidates[0]} (from {source}): not a build (no train/dataset.json){moved}")
 
@@ -234,6 +254,9 @@ def main(argv=None) -> int:
                 print(f"run_status.py: note: {run_dir}: no log.jsonl, not a run folder; skipped", file=sys.stderr)
                 continue
             build = find_build(run_dir, args.data).resolve()
+            note = trained_on_another_build(run_dir, args.data) if args.data else None
+            if note:
+                print(f"run_status.py: {note}", file=sys.stderr)
             if build not in floors:
                 floors[build] = unigram_floor(build)[0]
             rows.append(run_summary(run_dir, floors[build], args.margin, args.window))

@@ -55,6 +55,22 @@ def test_data_option_stands_in_for_the_config(small_build, tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"{run}: too-short  steps 3")
 
 
+def test_data_other_than_the_runs_build_is_noted(small_build, tmp_path, capsys):
+    """--data with a build other than the one the run recorded (here: another --seed, the same
+    tasks): classified against --data's floor, as asked, with a note saying so."""
+    from arc_data.build import BuildConfig, build
+    other = tmp_path / "seed7"
+    build(BuildConfig(num_aug=4, limit_tasks=8, seed=7, output_dir=str(other)), progress=False)
+    run = write_run(tmp_path / "run", [9.0] * 3, small_build)
+    assert main([str(run), "--data", str(other)]) == 0
+    out = capsys.readouterr()
+    assert out.err == (f"run_status.py: note: {run} was trained on {small_build}, another build than --data {other} "
+                       f"(their manifest digests differ): it is classified against the floor of --data\n")
+    assert f"floor {unigram_floor(other)[0]:.4f}" in out.out
+    assert main([str(run), "--data", str(small_build)]) == 0     # the run's own build: nothing to note
+    assert capsys.readouterr().err == ""
+
+
 def test_a_build_moved_since_training_suggests_data(small_build, tmp_path, capsys):
     run = write_run(tmp_path / "run", [9.0] * 3, tmp_path / "moved")
     assert main([str(run)]) == 2
