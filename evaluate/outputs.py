@@ -20,7 +20,7 @@ from evaluate.errors import EvaluationInputError
 BROKEN_PIPE_STATUS = 141
 
 
-def _nearest_existing(folder: Path) -> Path:
+def nearest_existing(folder: Path) -> Path:
     """``folder`` or its closest ancestor that exists (a dangling link counts as existing: it is
     in the way of a mkdir all the same)."""
     while not (folder.exists() or folder.is_symlink()):
@@ -31,7 +31,7 @@ def _nearest_existing(folder: Path) -> Path:
 def check_folder(folder: Path, what: str) -> None:
     """Refuse a folder that cannot be created: a non-directory in its path, or no write permission
     where the first missing folder would go."""
-    existing = _nearest_existing(Path(folder))
+    existing = nearest_existing(Path(folder))
     if not existing.is_dir():
         raise EvaluationInputError(f"{what}: {existing} is in its path and is not a directory")
     # the file goes into `existing`, or its first missing folder does: both need write access

@@ -239,17 +239,17 @@ class Trainer:
         self.carry = None
         self.evaluated_iterations = 0   # reader iterations whose evaluation has run
         self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0)
-        resumed_from = None
         if cfg.resume:
-            resumed_from = self._resume()
-        else:
-            self._check_fresh_folder()
-        return resumed_from
+            return self._resume()
+        self._check_fresh_folder()
+        return None
 
     def _hold_run_folder(self) -> None:
         """Rank 0 takes the run folder (hrm/run_lock.py) before anything in it is read or written:
         a second start of a run in progress is refused as such, before it loads a checkpoint the
-        live run may be pruning. Creates the folder; a refused start removes what it created."""
+        live run may be pruning. Creates the folder; a refused start removes what it created. Every
+        rank first refuses a folder a file blocks (`checkpoint_path=` pointed at a file)."""
+        check_run_folder_usable(self.run_dir)
         if self.info.is_main:
             self.run_lock = RunLock.acquire(self.run_dir)
 
@@ -267,15 +267,12 @@ class Trainer:
         cfg, info = self.config, self.info
         named = bool(cfg.checkpoint_path or cfg.run_name)
         # A named run's folder is known now: taken before its `latest` is read, so that a live run
-        # that has not saved yet is refused as in use (not as 'no checkpoint'); a branch's new
-        # folder may be blocked by a file.
+        # that has not saved yet is refused as in use (not as 'no checkpoint').
         if named:
-            check_run_folder_usable(self.run_dir)
             self._hold_run_folder()
         ckpt = resolve_resume(cfg.resume, self.run_dir if named else None, other_projects=not cfg.checkpoint_path)
         if not named:
             self.run_dir = ckpt.parent  # keep writing into the run we continue
-            check_run_folder_usable(self.run_dir)
             self._hold_run_folder()
         if ckpt.parent.resolve() != self.run_dir.resolve() and list_checkpoints(self.run_dir):
             # a fork (another run's checkpoint, this run's name) must not mix into a third run
@@ -303,7 +300,6 @@ class Trainer:
 
     def _check_fresh_folder(self) -> None:
         """A fresh run never mixes into an old one's checkpoints and log."""
-        check_run_folder_usable(self.run_dir)
         self._hold_run_folder()
         existing = list_checkpoints(self.run_dir)
         if existing:

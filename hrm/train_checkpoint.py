@@ -120,9 +120,8 @@ def check_run_folder_usable(run_dir: str | Path) -> None:
     """Refuse, at start-up, a run folder that cannot be made: a file where it would go, or in its
     path (`checkpoint_path=` pointed at a file by mistake). Found late, it would stop the run with
     mkdir's traceback after the model was built."""
-    folder = Path(run_dir)
-    while not (folder.exists() or folder.is_symlink()):
-        folder = folder.parent          # ends at "." or "/", which exist
+    from evaluate.outputs import nearest_existing
+    folder = nearest_existing(Path(run_dir))
     if not folder.is_dir():
         where = "is" if folder == Path(run_dir) else "has in its path"
         raise ValueError(f"the run folder {run_dir} {where} {folder}, which is not a folder; "

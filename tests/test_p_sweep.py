@@ -171,13 +171,7 @@ def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp
 def test_a_rerun_keeps_the_commands_that_trained_the_cells(small_build, tmp_path, monkeypatch):
     """OUT.md names the p_sweep.py commands that trained its cells: a rerun that only reclassifies
     (another --window) adds its own line, and one that trains a new cell lists both with counts."""
-    def fake_training(cmd, log, **kwargs):     # run_cell's child: a 3-step log, no training
-        run_dir = Path(next(c for c in cmd if c.startswith("checkpoint_path=")).split("=", 1)[1])
-        run_dir.mkdir(parents=True)
-        (run_dir / "log.jsonl").write_text("".join(json.dumps({"step": i + 1, "train/lm_loss": 1.0}) + "\n"
-                                                   for i in range(3)))
-        return 0, 0.0
-    monkeypatch.setattr(p_sweep, "run_logged", fake_training)
+    monkeypatch.setattr(p_sweep, "run_logged", fake_training([]))
     monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
     out = tmp_path / "sweep"
     base = ["--data", str(small_build), "--seeds", "0", "--steps", "3", "--gpus", "none",
@@ -275,6 +269,19 @@ def test_outputs_that_cannot_be_written_are_refused_before_any_run(tmp_path, cap
         err = capsys.readouterr().err
         assert e.value.code == 2 and message in err, (argv, err)
     assert not list(tmp_path.parent.glob(f"{tmp_path.name}.*"))   # nothing written beside the folder
+
+
+def fake_training(trained: list):
+    """run_cell's child (run_logged) without training: a 3-step log in the run folder its command
+    names; each cell's folder name goes to `trained`."""
+    def run(cmd, log, **kwargs):
+        run_dir = Path(next(c for c in cmd if c.startswith("checkpoint_path=")).split("=", 1)[1])
+        trained.append(run_dir.parent.name)
+        run_dir.mkdir(parents=True)
+        (run_dir / "log.jsonl").write_text("".join(json.dumps({"step": i + 1, "train/lm_loss": 1.0}) + "\n"
+                                                   for i in range(3)))
+        return 0, 0.0
+    return run
 
 
 def fake_run_cell(calls: list):
@@ -378,15 +385,7 @@ def test_a_cell_another_sweep_is_training_stops_the_sweep_before_its_next_cells(
     on to train the cells queued after it (it would race the first sweep for those too)."""
     from hrm.run_lock import RunLock
     trained = []
-
-    def fake_training(cmd, log, **kwargs):
-        run_dir = Path(next(c for c in cmd if c.startswith("checkpoint_path=")).split("=", 1)[1])
-        trained.append(run_dir.parent.name)
-        run_dir.mkdir(parents=True)
-        (run_dir / "log.jsonl").write_text("".join(json.dumps({"step": i + 1, "train/lm_loss": 1.0}) + "\n"
-                                                   for i in range(3)))
-        return 0, 0.0
-    monkeypatch.setattr(p_sweep, "run_logged", fake_training)
+    monkeypatch.setattr(p_sweep, "run_logged", fake_training(trained))
     monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
     work = tmp_path / "work"
     held_run = work / "lr0.001_loops2x2" / "p0.400_seed0" / "run"
