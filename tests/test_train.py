@@ -864,7 +864,8 @@ def check_sweep(run, runs_dir: Path, tmp_path: Path, prefix: str) -> None:
     assert (ok / "latest").read_text() == "step_3" and not (ok / "diverged.json").exists()
     assert json.loads((diverged / "diverged.json").read_text())["step"] <= 3
     assert f"1 run(s) of the sweep diverged: {diverged.name}" in run.stderr
-    assert len(list((tmp_path / "checkpoints" / "multirun").glob("*/multirun.yaml"))) == 1
+    records = list((tmp_path / "checkpoints" / "multirun").iterdir())
+    assert len(records) == 1 and os.listdir(records[0]) == ["multirun.yaml"]    # no empty job folders
 
 
 def test_a_hydra_sweep_names_its_runs_by_the_swept_values_and_survives_a_divergence(small_build, tmp_path):
