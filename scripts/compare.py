@@ -17,6 +17,7 @@ paper: `arch=hrm_v1` against `arch=hrm_deeploop` on data/arc-aug-1000 (ARC-AGI-1
 Its training evaluates the last step and writes that step's predictions; when it did so as
 predict.py would (same build, device, batch, compile, processes: `why_not_reuse`), they are voted
 on as they are and predict.py is not run, which the output and the table say.
+An arm that diverges is a result (the table's `outcome` row), not a failure of the comparison.
 
 Writes OUT.md and OUT.json (default results/compare_<preset>); run folders go under --work.
 """
@@ -38,12 +39,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      check_outputs, latest_checkpoint, last_eval, read_run_log,
-                                      remove_unless_training, run_logged, shell_line,
-                                      gpu_env, resolve_gpus, tail_mean, train_curve)
+                                      check_outputs, divergence_step, latest_checkpoint, last_eval,
+                                      read_run_log, remove_unless_training, run_logged, shell_line,
+                                      gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
 # batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model
-from scripts.run_status import DEFAULT_WINDOW as FINAL_WINDOW, unigram_floor  # noqa: E402
+from scripts.run_status import (DEFAULT_WINDOW as FINAL_WINDOW, EXIT_DIVERGED, STUCK,    # noqa: E402
+                                classify_run, unigram_floor)
 from arc_data.manifest import read_manifest  # noqa: E402
 
 
@@ -126,8 +128,17 @@ def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say, gpu
         remove_unless_training(run_dir, run_dir, "another compare.py over the same --work?")
     check_build(recipe.build, digest)
     say(f"{arm.name}: build verified (digest {digest[:16]}...), training" + (f" on GPU {gpu}" if gpu else ""))
-    _, train_s = run_logged(recipe.train_cmd(arm), run_dir / "train.log", step=f"{arm.name} training",
-                            threads=threads, env=env)
+    # a diverged run is a result of the comparison (the stability DeepLoop claims), not its failure:
+    # exit code 3, which torchrun reports as 1; its diverged.json tells it from a crash
+    code, train_s = run_logged(recipe.train_cmd(arm), run_dir / "train.log", step=f"{arm.name} training",
+                               threads=threads, env=env, allowed_codes=(0, 1, EXIT_DIVERGED))
+    if code != 0:
+        step = divergence_step(run_dir)
+        if step is None:
+            raise step_failed(f"{arm.name} training", code, run_dir / "train.log")
+        say(f"{arm.name}: diverged at step {step} after {train_s / 60:.1f} min (non-finite loss or gradient; "
+            f"{run_dir / 'diverged.json'}): nothing to predict or vote")
+        return arm_result(recipe, arm, train_s)
     checkpoint = latest_checkpoint(run_dir)
     predictions = run_dir / "predictions" / checkpoint.name    # training's folder, and predict.py's default
     not_reused = why_not_reuse(predictions, checkpoint, run_dir, recipe, env)
@@ -218,31 +229,43 @@ def logged_command(log: Path) -> str | None:
 
 def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s: float | None = None,
                vote_s: float | None = None) -> dict:
-    """One arm's row of the table, read from its run folder (log.jsonl, vote.json)."""
+    """One arm's row of the table, read from its run folder (log.jsonl, vote.json; a diverged
+    arm's diverged.json instead of its vote)."""
     run_dir = recipe.run_dir(arm)
-    if not (run_dir / "vote.json").is_file():
+    diverged_at = divergence_step(run_dir)
+    if diverged_at is None and not (run_dir / "vote.json").is_file():
         raise ExperimentError(f"{run_dir}: no vote.json (train, predict and vote this arm first)")
     log = read_run_log(run_dir)
     lm, total = train_curve(log, "train/lm_loss"), train_curve(log, "train/loss")
     first = next((r for r in log if "scaling/L/alpha" in r), {})
     evaluation = last_eval(log)
-    vote = json.loads((run_dir / "vote.json").read_text())
+    vote = None if diverged_at is not None else json.loads((run_dir / "vote.json").read_text())
     return {
         "label": arm.label,
         "command": logged_command(run_dir / "train.log") or shell_line(recipe.train_cmd(arm)),
         "alpha": first.get("scaling/L/alpha"), "beta": first.get("scaling/L/beta"),
         "num_params": first.get("num_params"),
         "steps": len(lm),
+        "diverged_at": diverged_at,
         "final_train_lm_loss": tail_mean(lm, FINAL_WINDOW),
         "final_train_loss": tail_mean(total, FINAL_WINDOW),
         "min_train_lm_loss": min(lm) if lm else math.nan,
         "eval_exact_accuracy": evaluation.get("exact_accuracy"),
         "eval_token_accuracy": evaluation.get("accuracy"),
         "eval_lm_loss": evaluation.get("lm_loss"),
-        "pass_at_k": {k: {"task": v["task"], "pair": v["pair"]} for k, v in vote["pass_at_k"].items()},
-        "predictions_by": predictions_writer(run_dir),
+        "pass_at_k": None if vote is None else {k: {"task": v["task"], "pair": v["pair"]}
+                                                for k, v in vote["pass_at_k"].items()},
+        "predictions_by": None if vote is None else predictions_writer(run_dir),
         "seconds": {"train": _round(train_s), "predict": _round(predict_s), "vote": _round(vote_s)},
     }
+
+
+def arm_outcome(run_dir: Path, floor: float) -> str:
+    """trained / stuck / diverged, by the rule of the p-sweep and run_status.py: the final train LM
+    loss (mean of the last FINAL_WINDOW steps) against the build's unigram floor."""
+    losses = train_curve(read_run_log(run_dir), "train/lm_loss")
+    exit_code = EXIT_DIVERGED if divergence_step(run_dir) is not None else 0
+    return classify_run(losses, floor, exit_code, window=FINAL_WINDOW)
 
 
 # ----------------------------------------------------------------------------------- reporting
@@ -260,6 +283,12 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
 
 
+def _outcome(arm: dict) -> str:
+    if arm.get("diverged_at") is not None:
+        return f"diverged at step {arm['diverged_at']}"
+    return {STUCK: "stuck at the floor"}.get(arm.get("outcome"), arm.get("outcome") or "-")
+
+
 def results_markdown(report: dict) -> str:
     arms = list(report["arms"].values())
     header = "| | " + " | ".join(a["label"] for a in arms) + " |"
@@ -268,7 +297,7 @@ def results_markdown(report: dict) -> str:
     def row(name, values):
         return f"| {name} | " + " | ".join(values) + " |"
 
-    ks = list(arms[0]["pass_at_k"])
+    ks = next((list(a["pass_at_k"]) for a in arms if a["pass_at_k"] is not None), [])   # none: all diverged
     lines = [f"# Baseline vs DeepLoop ({report['preset']} preset)", "",
              f"Command: `{report['command']}`  ",
              f"Build: {report['build']['description']}, digest `{report['build']['digest']}` "
@@ -285,6 +314,7 @@ def results_markdown(report: dict) -> str:
              "", header, rule,
              row("alpha / beta", [f"{_num(a['alpha'])} / {_num(a['beta'])}" for a in arms]),
              row("steps", [str(a["steps"]) for a in arms]),
+             row("outcome (as scripts/run_status.py classifies it)", [_outcome(a) for a in arms]),
              row(f"final train LM loss (mean of last {FINAL_WINDOW} steps, or all)", [_num(a["final_train_lm_loss"]) for a in arms]),
              row(f"final train loss incl. Q-heads (last {FINAL_WINDOW})", [_num(a["final_train_loss"]) for a in arms]),
              row("lowest single-step train LM loss", [_num(a["min_train_lm_loss"]) for a in arms]),
@@ -293,7 +323,7 @@ def results_markdown(report: dict) -> str:
              row("eval exact accuracy", [_pct(a["eval_exact_accuracy"]) for a in arms])]
     for k in ks:
         lines.append(row(f"pass@{k} task (pair)", [f"{_pct(a['pass_at_k'][k]['task'])} ({_pct(a['pass_at_k'][k]['pair'])})"
-                                                   for a in arms]))
+                                                   if a["pass_at_k"] is not None else "-" for a in arms]))
     lines.append(row("predictions written by", [a.get("predictions_by") or "-" for a in arms]))
     lines.append(row("wall time train / predict / vote (s)",
                      [" / ".join("-" if a["seconds"][k] is None else f"{a['seconds'][k]:.0f}"
@@ -305,8 +335,10 @@ def results_markdown(report: dict) -> str:
 
 def recipe_script(recipe: Recipe) -> str:
     """The recipe as a bash script: the build's digest is read once and checked (after a full
-    re-hash) before each training; step folders are read from each run's `latest` file, and the
-    predictions training wrote for that step are voted on (predict.py runs where there are none)."""
+    re-hash) before each training; a run that diverges (torchrun exits 1, pretrain.py leaves
+    diverged.json) is a result, and the script goes on; step folders are read from each run's
+    `latest` file, and the predictions training wrote for that step are voted on (predict.py runs
+    where there are none)."""
     build = shlex.quote(str(recipe.build))
     lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
     if recipe.build_cmd:
@@ -314,18 +346,24 @@ def recipe_script(recipe: Recipe) -> str:
     lines += ["digest() { python -c 'import json, sys; print(json.load(open(sys.argv[1] + \"/manifest.json\"))[\"digest\"])' \"$1\"; }",
               f"DIGEST=$(digest {build})"]
     for arm in recipe.arms:
+        run = shlex.quote(str(recipe.run_dir(arm)))
         lines += [f"# {arm.label}",
                   f'python build_arc.py --verify {build} && [ "$(digest {build})" = "$DIGEST" ]',
-                  shell_line(recipe.train_cmd(arm))]
+                  f"{shell_line(recipe.train_cmd(arm))} || [ -f {run}/diverged.json ]   # diverged: a result"]
     lines.append("# training's last evaluation wrote the final step's predictions (info.json last); "
                  "predict.py makes them only where it did not")
     for arm in recipe.arms:
         run = shlex.quote(str(recipe.run_dir(arm)))
-        lines += [f'[ -f {run}/predictions/"$(cat {run}/latest)"/info.json ] || '
+        lines += [f'if [ -f {run}/diverged.json ]; then echo "{arm.name} diverged: nothing to vote"; else',
+                  f'  [ -f {run}/predictions/"$(cat {run}/latest)"/info.json ] || '
                   + shell_line(recipe.predict_cmd(arm, "CKPT")).replace("checkpoint=CKPT",
                                                                         f'checkpoint={run}/"$(cat {run}/latest)"'),
-                  shell_line(recipe.vote_cmd(arm, "PRED")).replace("--predictions PRED",
-                                                                   f'--predictions {run}/predictions/"$(cat {run}/latest)"')]
+                  "  " + shell_line(recipe.vote_cmd(arm, "PRED")).replace(
+                      "--predictions PRED", f'--predictions {run}/predictions/"$(cat {run}/latest)"'),
+                  "fi"]
+    lines.append("# the table: results/compare_paper.md and .json")
+    lines.append(f"python scripts/compare.py --preset paper --report --data {build} "
+                 f"--work {shlex.quote(str(recipe.work))}")
     return "\n".join(lines) + "\n"
 
 
@@ -400,12 +438,26 @@ def run_experiment(recipe: Recipe, args, say) -> tuple[str, str, dict]:
         description = f"`{shell_line([str(recipe.build)])}`"
     digest = read_manifest(recipe.build)["digest"]   # every arm's check compares against this one
     jobs = (args.jobs or 2) if args.preset == "cpu" else 1
+
+    def run_and_tell(arm: Arm, gpu: str | None) -> dict:
+        try:
+            return run_arm(recipe, arm, digest, args.threads, say, gpu)
+        except Exception as e:   # said now, not once the other arm has trained (hours later on GPUs)
+            say(f"{arm.name}: {str(e).splitlines()[0]}" + ("; the other arm goes on" if len(recipe.arms) > 1 else ""))
+            raise
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         # the arms take the GPUs in turn (both share one when there is one); the paper recipe's
         # torchrun uses every visible GPU itself
-        futures = {arm.name: pool.submit(run_arm, recipe, arm, digest, args.threads, say, arm_gpu(args, i))
-                   for i, arm in enumerate(recipe.arms)}
-        return digest, description, {name: f.result() for name, f in futures.items()}
+        futures = {arm.name: pool.submit(run_and_tell, arm, arm_gpu(args, i)) for i, arm in enumerate(recipe.arms)}
+    failures = [f.exception() for f in futures.values() if f.exception() is not None]
+    for error in failures:
+        if not isinstance(error, ExperimentError):
+            raise error
+    if failures:
+        raise ExperimentError("\n".join(map(str, failures)) + "\nNo table: every arm must train (or diverge), "
+                              "predict and vote. The arms that ran are in their folders under "
+                              f"{recipe.work}; once the failed ones are redone there, --report makes the table.")
+    return digest, description, {name: f.result() for name, f in futures.items()}
 
 
 def main(argv=None) -> int:
@@ -424,6 +476,8 @@ def main(argv=None) -> int:
     try:
         digest, description, arms = run_experiment(recipe, args, say)
         floor = unigram_floor(recipe.build)[0]
+        for arm in recipe.arms:
+            arms[arm.name]["outcome"] = arm_outcome(recipe.run_dir(arm), floor)
     except (ExperimentError, FileNotFoundError, ValueError) as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1

@@ -194,12 +194,30 @@ def run_logged(cmd: list[str], log: Path, *, step: str, threads: int | None = No
                               env=thread_env(threads, env)).returncode
     seconds = time.perf_counter() - started
     if code not in allowed_codes:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-15:])
-        raise ExperimentError(f"{step} failed with exit code {code}; log: {log}\n{tail}")
+        raise step_failed(step, code, log)
     return code, seconds
 
 
+def step_failed(step: str, code: int, log: Path) -> ExperimentError:
+    """The error for a child that failed: its exit code, its log and the log's last lines."""
+    tail = "".join(Path(log).read_text().splitlines(keepends=True)[-15:])
+    return ExperimentError(f"{step} failed with exit code {code}; log: {log}\n{tail}")
+
+
 # ------------------------------------------------------------------------------- run folders
+def divergence_step(run_dir: Path) -> int | None:
+    """The step at which the run stopped on a non-finite loss or gradient (its `diverged.json`, which
+    pretrain.py writes with exit code 3); None when it did not diverge (or was resumed since: the
+    record is then `diverged.<step>.json`)."""
+    marker = Path(run_dir) / "diverged.json"
+    if not marker.is_file():
+        return None
+    try:
+        return int(json.loads(marker.read_text())["step"])
+    except (ValueError, KeyError, TypeError):
+        raise ExperimentError(f"{marker}: not a divergence record written by pretrain.py") from None
+
+
 def read_run_log(run_dir: Path) -> list[dict]:
     """The records of `run_dir/log.jsonl` (empty when absent). Non-finite numbers are stored as the
     strings "nan"/"inf" there and come back as floats."""

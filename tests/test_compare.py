@@ -6,13 +6,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from scripts import compare
-from scripts.experiment_tools import ExperimentError, build_small, check_build, run_logged
+from scripts.experiment_tools import ExperimentError, build_small, check_build, run_logged, step_failed
 
 MICRO = ["arch.hidden_size=32", "arch.puzzle_emb_ndim=32", "arch.expansion=2", "arch.halt_max_steps=2"]
 
@@ -129,11 +130,12 @@ def test_results_markdown_shows_both_arms_side_by_side():
                final_train_lm_loss=1.23456, final_train_loss=1.3, min_train_lm_loss=0.9, eval_exact_accuracy=0.025,
                eval_token_accuracy=0.5, eval_lm_loss=1.5,
                pass_at_k={"1": {"task": 0.0, "pair": 0.0}, "2": {"task": 0.125, "pair": 0.25}},
-               seconds={"train": 100.0, "predict": 5.0, "vote": 2.0})
+               seconds={"train": 100.0, "predict": 5.0, "vote": 2.0}, outcome="trained")
     report = {"preset": "cpu", "command": "python scripts/compare.py --preset cpu",
               "build": {"digest": "ab" * 32, "description": "16 tasks", "unigram_floor": 1.5}, "common": ["seed=0"], "seconds": 600,
-              "jobs": 2, "threads": 1, "arms": {"baseline": arm, "deeploop": {**arm, "label": "B", "alpha": 2.449}}}
+              "jobs": 2, "threads": 1, "arms": {"baseline": arm, "deeploop": {**arm, "label": "B", "alpha": 2.449, "outcome": "stuck"}}}
     md = compare.results_markdown(report)
+    assert "| outcome (as scripts/run_status.py classifies it) | trained | stuck at the floor |" in md
     assert "| | A | B |" in md and "| alpha / beta | 1.0000 / 1.0000 | 2.4490 / 1.0000 |" in md
     assert "| pass@2 task (pair) | 12.50% (25.00%) | 12.50% (25.00%) |" in md
     assert "| eval exact accuracy | 2.50% | 2.50% |" in md and "1.2346" in md and "ab" * 32 in md
@@ -198,6 +200,7 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
         assert arm["steps"] == 2 and set(arm["pass_at_k"]) == {"1", "2", "10"}
         assert all(0 <= v["task"] <= 1 and 0 <= v["pair"] <= 1 for v in arm["pass_at_k"].values())
         assert arm["eval_token_accuracy"] is not None and arm["final_train_lm_loss"] > 0
+        assert arm["diverged_at"] is None and arm["outcome"] in ("trained", "stuck")     # 2 steps: likely stuck
     for name in ("baseline", "deeploop"):
         run = tmp_path / "work" / name
         step = (run / "latest").read_text().strip()
@@ -217,17 +220,28 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
 
 
 # ------------------------------------------------------------------- predictions training wrote
-def fake_paper_tools(small_build, eval_batch_size: int, training_predictions: bool):
+def fake_paper_tools(small_build, eval_batch_size: int, training_predictions: bool, diverges=(), crashes=()):
     """run_logged for compare.py's paper recipe without torchrun: training leaves a run folder as
     pretrain.py would (log, all_config.yaml, step_4 as latest, and with `training_predictions` its
-    evaluation's predictions of step_4), predict.py and vote.py their files. -> (run_logged, the
-    step names started, in order)."""
+    evaluation's predictions of step_4), predict.py and vote.py their files. The training of an arm
+    in `diverges` stops at step 3 as pretrain.py does under torchrun (diverged.json, exit code 1);
+    one in `crashes` fails without a divergence record. -> (run_logged, the step names started, in order)."""
     started = []
 
-    def run_logged(cmd, log, *, step, **kw):
+    def run_logged(cmd, log, *, step, allowed_codes=(0,), **kw):
         started.append(step)
         run = Path(log).parent
         run.mkdir(parents=True, exist_ok=True)
+        arm = step.split()[0]
+        if arm in diverges or arm in crashes:
+            records = [{"step": i, "train/lm_loss": 1.0, "train/loss": 1.1} for i in range(1, 3)]
+            (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+            Path(log).write_text("Traceback ... CUDA out of memory\n")
+            if arm in diverges:
+                (run / "diverged.json").write_text(json.dumps({"step": 3, "loss": "nan", "grad_norm": "nan"}))
+            if 1 not in allowed_codes:
+                raise step_failed(step, 1, log)
+            return 1, 1.0
         if step.endswith("training"):
             records = [{"step": i, "train/lm_loss": 1.0, "train/loss": 1.1} for i in range(1, 5)]
             (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -279,6 +293,80 @@ def test_paper_launch_votes_on_training_predictions_when_predict_would_write_the
         assert (arm["seconds"]["predict"] is None) == reused
     by = "training" if reused else "predict.py"
     assert f"| predictions written by | {by} | {by} |" in out.with_suffix(".md").read_text()
+
+
+def test_a_diverged_arm_is_a_result_of_the_comparison(small_build, tmp_path, monkeypatch, capsys):
+    """The baseline diverges (the instability DeepLoop claims to cure): the other arm still trains,
+    the diverged one is neither predicted nor voted, and the table says where it diverged."""
+    from evaluate.predict import default_batch_size
+    fake, started = fake_paper_tools(small_build, default_batch_size("auto"), True, diverges={"hrm_v1"})
+    monkeypatch.setattr(compare, "run_logged", fake)
+    out = tmp_path / "results" / "paper"
+    args = ["--preset", "paper", "--data", str(small_build), "--nproc", "1", "--work", str(tmp_path / "work"),
+            "--out", str(out)]
+    assert compare.main([*args, "--launch"]) == 0
+    assert started == ["hrm_v1 training", "hrm_deeploop training", "hrm_deeploop vote"]
+    assert "hrm_v1: diverged at step 3 after" in capsys.readouterr().out
+    report = json.loads(out.with_suffix(".json").read_text())
+    base, deep = report["arms"]["hrm_v1"], report["arms"]["hrm_deeploop"]
+    assert (base["diverged_at"], base["outcome"], base["pass_at_k"], base["steps"]) == (3, "diverged", None, 2)
+    assert deep["diverged_at"] is None and deep["pass_at_k"] == {"1": {"task": 0.0, "pair": 0.0}}
+    md = out.with_suffix(".md").read_text()
+    assert "| outcome (as scripts/run_status.py classifies it) | diverged at step 3 | trained |" in md
+    assert "| pass@1 task (pair) | - | 0.00% (0.00%) |" in md
+    # --report makes the same table from the folders
+    assert compare.main([*args, "--report", "--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again.json").read_text())["arms"]
+    assert {k: v for k, v in again["hrm_v1"].items() if k != "seconds"} == {k: v for k, v in base.items()
+                                                                             if k != "seconds"}
+
+
+def test_a_failed_arm_is_said_at_once_and_the_other_still_runs(small_build, tmp_path, monkeypatch, capsys):
+    from evaluate.predict import default_batch_size
+    fake, started = fake_paper_tools(small_build, default_batch_size("auto"), True, crashes={"hrm_v1"})
+    monkeypatch.setattr(compare, "run_logged", fake)
+    assert compare.main(["--preset", "paper", "--launch", "--data", str(small_build), "--nproc", "1",
+                         "--work", str(tmp_path / "work"), "--out", str(tmp_path / "paper")]) == 1
+    assert started == ["hrm_v1 training", "hrm_deeploop training", "hrm_deeploop vote"]
+    out, err = capsys.readouterr()
+    said = out.splitlines()
+    failed = next(i for i, line in enumerate(said) if "hrm_v1: hrm_v1 training failed with exit code 1" in line)
+    assert "the other arm goes on" in said[failed] and "hrm_deeploop: build verified" in said[failed + 1]
+    assert "CUDA out of memory" in err and "--report makes the table" in err
+    assert not (tmp_path / "paper.md").exists()
+
+
+def test_the_printed_recipe_goes_on_past_a_diverged_run_and_ends_with_the_table(tmp_path, capsys):
+    """The paper recipe's bash script, run with stand-ins for torchrun and the project's tools:
+    hrm_v1 diverges (torchrun exits 1, diverged.json), hrm_deeploop trains; the script goes on,
+    votes on hrm_deeploop alone and ends with compare.py --report."""
+    assert compare.main(["--preset", "paper"]) == 0
+    script = capsys.readouterr().out
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text("""#!/usr/bin/env bash
+for a in "$@"; do case $a in checkpoint_path=*) run=${a#checkpoint_path=};; esac; done
+mkdir -p "$run"
+case "$*" in *arch=hrm_v1*) echo '{"step": 7}' > "$run/diverged.json"; exit 1;; esac
+mkdir -p "$run/step_9" "$run/predictions/step_9"; echo step_9 > "$run/latest"; echo {} > "$run/predictions/step_9/info.json"
+""")
+    (bin_dir / "python").write_text(f"""#!/usr/bin/env bash
+case "$1" in -c) exec {sys.executable} "$@";; esac
+echo "$@" >> ran.txt
+""")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    build = tmp_path / "data" / "arc-aug-1000"
+    build.mkdir(parents=True)
+    (build / "manifest.json").write_text(json.dumps({"digest": "d" * 64}))
+    ran = subprocess.run(["bash"], input=script, text=True, capture_output=True, cwd=tmp_path,
+                         env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
+    assert ran.returncode == 0, ran.stderr
+    assert "hrm_v1 diverged: nothing to vote" in ran.stdout
+    python_ran = (tmp_path / "ran.txt").read_text().splitlines()
+    assert [line.split()[0] for line in python_ran] == ["build_arc.py"] * 3 + ["evaluate/vote.py", "scripts/compare.py"]
+    assert "checkpoints/compare_paper/hrm_deeploop/predictions/step_9" in python_ran[3]
+    assert python_ran[4].endswith("--report --data data/arc-aug-1000 --work checkpoints/compare_paper")
 
 
 def test_training_predictions_are_reused_only_when_every_setting_matches(small_build, tmp_path):
