@@ -97,6 +97,9 @@ def main(argv=None) -> int:
         data = args.data or (Path(results["meta"]["data"]) if results else None)
         if data is None:
             raise EvaluationInputError("--data is required without --votes")
+        if not args.data and not data.is_dir():   # recorded where the vote ran: moved, or another machine
+            raise EvaluationInputError(f"{data}: no such build; it is the build recorded in {args.votes} "
+                                       f"(meta.data): pass --data DIR for its place here")
         build = BuildTasks(data)
         views = []
         for name in choose_tasks(args, results):

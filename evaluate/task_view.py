@@ -81,7 +81,10 @@ def add_votes(view: TaskView, result: dict, top: int) -> TaskView:
 
 def by_margin(results: dict, count: int, best: bool) -> list[str]:
     """The ``count`` tasks with the largest (best) or smallest (worst) vote margin; tasks without
-    predictions have no margin and are left out. Ties go by task name."""
+    predictions have no margin and are left out. Ties go by task name, best first; the worst are
+    that order reversed, so that --best N and --worst M draw N + M tasks when there are that many
+    (a small model's tasks often all share one margin: each then picked the same first names)."""
     scored = [(task["margin"], name) for name, task in results["tasks"].items() if task["margin"] is not None]
-    scored.sort(key=lambda x: ((-x[0] if best else x[0]), x[1]))
-    return [name for _, name in scored[:count]]
+    scored.sort(key=lambda x: (-x[0], x[1]))
+    ranked = [name for _, name in scored]
+    return (ranked if best else ranked[::-1])[:count]

@@ -74,6 +74,16 @@ def check_outputs(args: argparse.Namespace) -> None:
         raise EvaluationInputError(f"--json {args.json} and --submission {args.submission} are the same file")
 
 
+def load_recorded_build(data: Path, recorded_in: Path | None):
+    """The build's test split. One taken from the predictions' info.json (`recorded_in`) that is not
+    there (moved since, or a relative path of another machine) is named as that record, with
+    --data as the way out."""
+    if recorded_in is None or data.is_dir():
+        return load_test_split(data)
+    raise EvaluationInputError(f"{data}: no such build; it is the data_path recorded in {recorded_in}: "
+                               f"pass --data DIR for the build's place here")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     ks = sorted(set(args.K))
@@ -84,7 +94,9 @@ def main(argv=None) -> int:
         if not data:
             raise EvaluationInputError(f"no --data given and no info.json with data_path beside "
                                        f"{predictions.source}")
-        split = load_test_split(Path(data))
+        # info.json (the only other source of the build) lies beside the files it describes
+        recorded_in = None if args.data else Path(predictions.files[0]).parent / "info.json"
+        split = load_recorded_build(Path(data), recorded_in)
         votes = vote(predictions.files, split)
     except EvaluationInputError as e:
         print(f"vote.py: error: {e}", file=sys.stderr)

@@ -51,7 +51,7 @@ def _check_rule_and_p(rule: str, p: Optional[float], where: str) -> None:
         raise ValueError(f"{where}p is required when {where}rule=custom")
     if rule == "prenorm_1_over_n" and p is not None:
         raise ValueError(f"{where}p={p} has no effect with {where}rule={rule} (its step is "
-                         f"lambda / (N sqrt(L))); remove it or pick rule=custom")
+                         f"eps = lambda / (n sqrt(l)), n loops of l blocks); remove it or pick rule=custom")
 
 
 class ModuleScalingOverride(BaseModel):

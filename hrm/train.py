@@ -59,6 +59,19 @@ def estimated_total_steps(config: PretrainConfig, train_split) -> int:
     return int(config.epochs * meta.total_groups * meta.mean_puzzle_examples / config.global_batch_size)
 
 
+def check_some_steps(config: PretrainConfig, train_split, total_steps: int) -> None:
+    """A run whose estimate rounds down to 0 steps (epochs=1 on a small build) would train nothing,
+    save a step_0 checkpoint and report itself as 'already finished': refuse it, with the sum."""
+    if total_steps >= 1:
+        return
+    meta = train_split.metadata
+    exact = config.epochs * meta.total_groups * meta.mean_puzzle_examples / config.global_batch_size
+    raise ValueError(f"the run would train 0 steps: its length is estimated as epochs={config.epochs} x "
+                     f"{meta.total_groups} puzzle groups x {meta.mean_puzzle_examples:g} mean examples per puzzle / "
+                     f"global_batch_size={config.global_batch_size} = {exact:.3g}, rounded down; raise epochs "
+                     f"(or lower global_batch_size)")
+
+
 _sweep_stamp: str | None = None   # the time stamp shared by a sweep's default run names (see run_names)
 
 
@@ -213,6 +226,7 @@ class Trainer:
                                    epochs_per_iteration=cfg.epochs_per_iteration)
         self.total_iterations = cfg.epochs // cfg.epochs_per_iteration
         self.total_steps = estimated_total_steps(cfg, self.train_split)
+        check_some_steps(cfg, self.train_split, self.total_steps)
         self.stop_step = min(self.total_steps, cfg.max_steps or self.total_steps)
 
         torch.manual_seed(cfg.seed)  # identical initial weights everywhere (then broadcast, to be sure)

@@ -144,12 +144,14 @@ def classify_run(losses: list[float], floor: float, exit_code: int, margin: floa
 
 
 def classify_logged_run(losses: list[float], floor: float, exit_code: int, margin: float = DEFAULT_MARGIN,
-                        window: int = DEFAULT_WINDOW) -> str:
+                        window: int = DEFAULT_WINDOW, steps: int | None = None, in_window: int | None = None) -> str:
     """`classify_run` for a run folder that may still be training (the command line): a run that
     would be stuck with fewer steps than the window is TOO_SHORT. The p-sweep keeps `classify_run`:
-    its cells have run every step asked of them, so a short one is the result it asked for."""
-    status = classify_run(losses, floor, exit_code, margin, window)
-    return TOO_SHORT if status == STUCK and len(losses) < window else status
+    its cells have run every step asked of them, so a short one is the result it asked for.
+    A run that logs every log_interval-th step: `steps` is its last logged step and `in_window` how
+    many of its losses lie in its last `window` steps (logged_steps); by default one loss a step."""
+    status = classify_run(losses, floor, exit_code, margin, window if in_window is None else in_window)
+    return TOO_SHORT if status == STUCK and (len(losses) if steps is None else steps) < window else status
 
 
 def smoothed_min(losses: list[float], window: int = DEFAULT_WINDOW) -> float:
@@ -220,12 +222,23 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
     except ValueError as e:   # a line cut short (a killed run) or a foreign file
         raise RunStatusError(f"{run_dir / 'log.jsonl'}: not valid JSON lines ({e})") from None
     losses = train_curve(log)
+    steps, logged = logged_steps(log, window)
     exit_code = EXIT_DIVERGED if (run_dir / "diverged.json").is_file() else 0
     evaluation = last_eval(log)
-    return {"run": str(run_dir), "status": classify_logged_run(losses, floor, exit_code, margin, window),
-            "steps": len(losses), "final_loss": tail_mean(losses, window), "min_loss": smoothed_min(losses, window),
+    return {"run": str(run_dir), "status": classify_logged_run(losses, floor, exit_code, margin, window, steps, logged),
+            "steps": steps, "final_loss": tail_mean(losses, logged), "min_loss": smoothed_min(losses, logged),
             "floor": floor, "eval_lm_loss": evaluation.get("lm_loss", math.nan),
             "eval_pass_at_2": evaluation.get("pass@2", math.nan)}   # NaN: not logged (eval_pass_k)
+
+
+def logged_steps(log: list[dict], window: int) -> tuple[int, int]:
+    """(the run's last logged training step, how many of its logged losses lie in its last `window`
+    steps). With log_interval=k a run logs every k-th step: its step count and its window are in
+    optimizer steps, as for a run that logs every step, not in log records."""
+    steps = sorted({r["step"] for r in log if "train/lm_loss" in r})
+    if not steps:
+        return 0, window
+    return steps[-1], max(1, sum(1 for s in steps if s > steps[-1] - window))
 
 
 def main(argv=None) -> int:

@@ -70,6 +70,8 @@ def test_hydra_override_of_one_module_exponent():
     (dict(forward_dtype="float8"), "forward_dtype"),
     (dict(scaling=dict(rule="custom")), "scaling.p is required when scaling.rule=custom"),
     (dict(scaling=dict(rule="prenorm_1_over_n", p=0.5)), "p=0.5 has no effect with scaling.rule=prenorm_1_over_n"),
+    # the loops n of its formula, not the derived N of the (c N)^p family (hrm.scaling)
+    (dict(scaling=dict(rule="prenorm_1_over_n", p=0.5)), r"eps = lambda / \(n sqrt\(l\)\), n loops of l blocks"),
     (dict(scaling=dict(rule="deeploop", H=dict(rule="prenorm_1_over_n", p=0.5))), "scaling.H.p=0.5 has no effect"),
     (dict(scaling=dict(rule="deeploop", H=dict(rule="custom"))), "scaling.H.p is required"),
     (dict(scaling=dict(depth_count="all")), "depth_count"),

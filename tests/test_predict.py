@@ -234,6 +234,20 @@ def test_a_relative_data_path_of_training_is_found_from_another_directory(small_
     assert info["data_path"] == str(small_build.resolve())
 
 
+def test_a_recorded_build_that_is_not_there_says_where_it_came_from(small_build, tmp_path, capsys):
+    """The released checkpoints record data/arc-aug-1000, relative to another machine: the refusal
+    says the path is the checkpoint's record and how to give another; a data_path given is just named."""
+    original = write_original_run(small_build, tmp_path / "orig")
+    config = yaml.safe_load((tmp_path / "orig" / "all_config.yaml").read_text())
+    (tmp_path / "orig" / "all_config.yaml").write_text(yaml.dump(dict(config, data_path=str(tmp_path / "moved"))))
+    assert predict.main([f"checkpoint={original}"]) == 2
+    err = capsys.readouterr().err
+    assert f"that is the data_path recorded with checkpoint {original}: pass data_path=DIR" in err
+    assert predict.main([f"checkpoint={original}", f"data_path={tmp_path / 'elsewhere'}"]) == 2
+    err = capsys.readouterr().err
+    assert "elsewhere" in err and "recorded with checkpoint" not in err
+
+
 def test_a_build_other_than_the_training_one_is_refused(small_build, tmp_path, capsys):
     """Another --seed gives a build of the same size (the row-count check passes) with other puzzle
     names: our checkpoints record the training build, so predict.py refuses it by name."""

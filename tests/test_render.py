@@ -84,6 +84,15 @@ def expected_panels(name: str, top: int = 3) -> dict:
     return panels
 
 
+def test_best_and_worst_of_tied_margins_are_different_tasks():
+    from evaluate.task_view import by_margin
+    results = {"tasks": {name: {"margin": -1.0} for name in ("a", "b", "c", "d")} | {"e": {"margin": None}}}
+    assert by_margin(results, 2, best=True) == ["a", "b"]
+    assert by_margin(results, 2, best=False) == ["d", "c"]
+    results["tasks"]["c"]["margin"] = 0.5
+    assert by_margin(results, 1, best=True) == ["c"] and by_margin(results, 3, best=False) == ["d", "b", "a"]
+
+
 def test_png_pictures_draw_exactly_the_build_and_the_votes(voted, tmp_path):
     build, results = voted
     out = tmp_path / "pictures"
@@ -151,6 +160,15 @@ def test_render_errors_are_one_line(voted, tmp_path, capsys):
     assert "no puzzle named 'no_such_task'" in capsys.readouterr().err
     assert render(["--data", str(build), "--worst", "3", "--out", str(tmp_path)]) == 2
     assert "--best/--worst need --votes" in capsys.readouterr().err
+
+
+def test_a_recorded_build_that_moved_is_named_with_data_as_the_way_out(voted, tmp_path, capsys):
+    build, results = voted
+    moved = build.parent / "moved"
+    build.rename(moved)
+    assert render(["--votes", str(results), "--worst", "1", "--out", str(tmp_path / "out")]) == 2
+    assert f"it is the build recorded in {results} (meta.data): pass --data DIR" in capsys.readouterr().err
+    assert render(["--votes", str(results), "--data", str(moved), "--worst", "1", "--out", str(tmp_path / "out")]) == 0
 
 
 @pytest.mark.parametrize("text, message", [

@@ -95,6 +95,22 @@ def test_a_run_with_fewer_steps_than_the_window_is_too_short_to_tell_not_stuck(s
     assert capsys.readouterr().out.startswith(f"{below}: trained  steps 4")
 
 
+def test_steps_and_window_are_optimizer_steps_when_every_third_step_is_logged(small_build, tmp_path, capsys):
+    """log_interval=3 over 60 steps logs 20 losses: the run has 60 steps (not 20), a window of 6
+    steps averages the last 2 logged losses, and the default 50 does not make it too short."""
+    floor = unigram_floor(small_build)[0]
+    run = tmp_path / "run"
+    write_run(run, [], small_build)
+    curve = [floor * 2.0] * 18 + [floor * 0.9, floor * 0.5]          # logged at steps 3, 6, ..., 60
+    (run / "log.jsonl").write_text("".join(json.dumps({"step": 3 * (i + 1), "train/lm_loss": x}) + "\n"
+                                           for i, x in enumerate(curve)))
+    assert main([str(run), "--window", "6"]) == 0
+    assert capsys.readouterr().out.startswith(f"{run}: trained  steps 60  final loss {floor * 0.7:.4f} "
+                                              f"(mean of the last 6)")
+    assert main([str(run)]) == 0
+    assert capsys.readouterr().out.startswith(f"{run}: stuck  steps 60")    # 50 steps: 17 losses, mean > floor
+
+
 def test_a_folder_that_is_not_a_run_fails_before_any_line_is_printed(small_build, tmp_path, capsys):
     good = write_run(tmp_path / "good", [1.0] * 3, small_build)
     assert main([str(good), str(tmp_path / "typo")]) == 2

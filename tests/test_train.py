@@ -780,6 +780,15 @@ def test_resuming_a_finished_run_says_so(small_build, tmp_path):
     assert again.returncode == 0 and "done: the run had already finished at step 1" in again.stdout, again.stdout
 
 
+def test_a_run_estimated_at_zero_steps_is_refused_before_its_folder_is_made(small_build, tmp_path):
+    """epochs x examples / batch below one step: refused with the sum, not a fresh run that trains
+    nothing, saves step_0 and says it 'had already finished'."""
+    with pytest.raises(ValueError, match=r"would train 0 steps: .*epochs=1 x .*global_batch_size=1024"):
+        Trainer(micro_config(small_build, tmp_path / "run", epochs=1, eval_interval=None, global_batch_size=1024),
+                CPU, progress=False)
+    assert not (tmp_path / "run").exists()
+
+
 def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
     assert sorted(losses_by_step(tmp_path / "run")) == [3, 4]

@@ -132,6 +132,17 @@ def test_empty_answers_take_no_attempt_and_nan_confidence_stays_valid_json(workd
     assert sub["task_three"] == [{"attempt_1": [[0]], "attempt_2": [[0]]}]
 
 
+def test_a_recorded_build_that_moved_names_the_info_json_and_data(workdir):
+    """The build comes from info.json when --data is not given: a build moved since (or a path
+    relative to another machine) is named as that record, with --data as the way out."""
+    (workdir / "data" / "arc-tiny").rename(workdir / "data" / "moved")
+    folder = Path("checkpoints") / "proj" / "run" / "predictions" / "step_2"
+    out = run_vote(workdir, "--predictions", str(folder))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"it is the data_path recorded in {folder / 'info.json'}: pass --data DIR" in out.stderr
+    assert run_vote(workdir, "--predictions", str(folder), "--data", "data/moved").returncode == 0
+
+
 def test_vote_script_names_a_corrupt_info_json_without_traceback(workdir):
     # the newest predictions (found without --predictions) have an info.json cut short
     info = workdir / "checkpoints" / "proj" / "run" / "predictions" / "step_2" / "info.json"
