@@ -5,7 +5,8 @@
   python pretrain.py ... resume=latest run_name=my-run                                       # continue a run
 
 Config: configs/cfg_pretrain.yaml and configs/arch/*.yaml; any field can be overridden as key=value.
-Exit codes: 0 done, 2 bad config, 3 diverged (non-finite loss or gradient), 130 interrupted (Ctrl-C).
+Exit codes: 0 done, 2 bad config, 3 diverged (non-finite loss or gradient), 130 interrupted (Ctrl-C),
+143 stopped by SIGTERM (a scheduler's time limit or preemption) after saving the step it stopped at.
 
 A Hydra sweep (`python pretrain.py -m arch=hrm_tiny arch.scaling.p=0.3,0.5,0.7`, or
 `hydra.sweeper.params` in a config) runs its jobs one after the other, once every job's config has
@@ -31,7 +32,7 @@ from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, exit_bad_confi
 from hrm.sweep import (fresh_if_nothing_to_resume, is_multirun, launcher_log_on_rank_zero, sweep_record_on_rank_zero,
                        sweep_tag)
 
-EXIT_DIVERGED, EXIT_INTERRUPTED = 3, 130   # 130: as a shell reports Ctrl-C
+EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_STOPPED = 3, 130, 143   # 130, 143: as a shell reports Ctrl-C, SIGTERM
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
 
 
@@ -47,7 +48,7 @@ def launch(hydra_config: DictConfig) -> None:
         exit_bad_config(f"error: {e}")
 
     from hrm.distributed import AgreedOnEveryRank, init_distributed, shutdown
-    from hrm.train import Trainer, TrainingDiverged
+    from hrm.train import Trainer, TrainingDiverged, TrainingStopped
 
     try:
         info = init_distributed(config.device)
@@ -85,6 +86,10 @@ def launch(hydra_config: DictConfig) -> None:
             sys.exit(EXIT_DIVERGED)
         diverged_jobs.append(trainer.run_name)   # a sweep goes on with its next job
         finished = True
+    except TrainingStopped as e:   # SIGTERM: every rank stopped after the same step, which is saved
+        agreed = True
+        say_once_per_node(str(e))
+        sys.exit(EXIT_STOPPED)
     except KeyboardInterrupt:   # Ctrl-C: where things stand, not a traceback (once per machine)
         if speaks_for_node():
             print(f"\npretrain.py: interrupted {where_the_run_stands(trainer)}", file=sys.stderr, flush=True)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,6 +45,42 @@ from hrm.train_checkpoint import (check_run_folder_usable, list_checkpoints, loa
 
 class TrainingDiverged(RuntimeError):
     """A non-finite loss or gradient; the run folder holds `diverged.json` with the details."""
+
+
+class TrainingStopped(RuntimeError):
+    """SIGTERM (a scheduler's time limit or preemption, `kill`, torchrun passing either on): every
+    rank stopped after the same step, once the run's checkpoint for that step was saved."""
+
+    def __init__(self, step: int, checkpoint: Path, run_dir: Path):
+        super().__init__(f"stopped by SIGTERM at step {step}, saved as {checkpoint}: continue with resume={run_dir}")
+        self.step, self.checkpoint, self.run_dir = step, checkpoint, run_dir
+
+
+class StopOnSigterm:
+    """While training, SIGTERM asks for a stop instead of killing the process: the flag is read at
+    the end of each step (summed over ranks with the step's metrics, so every rank stops after the
+    same step), and the run saves that step and stops (fit raises TrainingStopped). Schedulers send
+    SIGTERM some seconds before SIGKILL (SLURM: KillWait, 30 s by default; torchrun also waits 30 s
+    after passing it on): one step and a save fit; hours since the last evaluation's checkpoint
+    would be lost otherwise. A second SIGTERM kills at once, as before. Installed only from the
+    main thread (signal handlers can be set nowhere else)."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> "StopOnSigterm":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._request)
+        return self
+
+    def _request(self, signum, frame) -> None:
+        self.requested = True
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)    # the next one ends the process
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
 
 
 def lr_at(step: int, base_lr: float, warmup: int, total: int, min_ratio: float) -> float:
@@ -177,6 +215,8 @@ class Trainer:
         # (a checkpoint missing on one node, another build, a folder already in use) is raised by
         # every rank with the same message, before any of them waits in a collective.
         self.run_lock = None    # rank 0's hold on the run folder (hrm/run_lock.py), taken by _prepare
+        self.sigterm = None     # fit's StopOnSigterm; train_step sums its flag over the ranks
+        self.stop_agreed = False
         try:
             resumed_from = agree_on_outcome(self._prepare, info)
         except BaseException:   # refused (here or on another rank): the folder is left as it was found
@@ -366,9 +406,12 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
         keys = sorted(metrics)
-        reduced = torch.stack([loss.detach().double()] + [metrics[k].double() for k in keys])
+        stop = torch.tensor(float(self.sigterm is not None and self.sigterm.requested), dtype=torch.float64,
+                            device=loss.device)           # a SIGTERM on any rank stops every rank after this step
+        reduced = torch.stack([loss.detach().double()] + [metrics[k].double() for k in keys] + [stop])
         values = all_reduce_sum_(reduced, info).tolist()  # the step's host sync (sign-SGD's unique adds one
                                                           # more, after the queue has drained)
+        self.stop_agreed = values.pop() > 0
         grad_norm = float(grad_norm)
         loss_value = values[0] / cfg.global_batch_size
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
@@ -475,44 +518,15 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------- loop
     def fit(self) -> dict:
-        cfg, info = self.config, self.info
         bar = tqdm(total=self.stop_step, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
-                   disable=not (self.progress and info.is_main))
+                   disable=not (self.progress and self.info.is_main))
         self.loss_head.train()
-        last_eval: dict = {}
-        saved_at = None
         started, first_step = time.perf_counter(), self.step
         try:
-            if self.evaluated_iterations < self.reader.iteration:
-                # resumed from a checkpoint taken on an iteration's last batch, before its
-                # evaluation: run that evaluation now, where the uninterrupted run did
-                last_eval = self.run_evaluation()
-                if cfg.checkpoint_every_eval:
-                    self.save()
-                    saved_at = self.step
-            while self.reader.iteration < self.total_iterations and self.step < self.stop_step:
-                for batch in self.reader.iteration_batches():
-                    record = self.train_step(batch)
-                    if info.is_main:
-                        self.history.append((self.step, record["train/loss"]))
-                        if self.step % cfg.log_interval == 0 or self.step >= self.stop_step:
-                            self.log.log(record, step=self.step)
-                            bar.set_postfix(loss=f"{record['train/loss']:.4f}", refresh=False)
-                        bar.update(1)
-                        if cfg.diagnostics_interval and self.step % cfg.diagnostics_interval == 0:
-                            self.log.log(self.alignment_record(batch), step=self.step)
-                    if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0:
-                        self.save()
-                        saved_at = self.step
-                    if self.step >= self.stop_step:
-                        break
-                last_eval = self.run_evaluation()
-                if cfg.checkpoint_every_eval:
-                    self.save()
-                    saved_at = self.step
-            if saved_at != self.step:  # the end of a run is always resumable and predictable
-                self.save()
+            with StopOnSigterm() as self.sigterm:
+                last_eval = self._train(bar)
         finally:
+            self.sigterm = None
             bar.close()
             try:
                 if self.log is not None:
@@ -522,3 +536,43 @@ class Trainer:
         seconds = time.perf_counter() - started
         return {"step": self.step, "eval": last_eval, "seconds": seconds, "steps_run": self.step - first_step,
                 "steps_per_second": (self.step - first_step) / seconds if seconds > 0 else 0.0}
+
+    def _train(self, bar: tqdm) -> dict:
+        """The loop: steps, evaluations and checkpoints until the run's end, or until a SIGTERM
+        stops it after a step (saved, then TrainingStopped). Returns the last evaluation's metrics."""
+        cfg, info = self.config, self.info
+        last_eval: dict = {}
+        saved_at = None
+        if self.evaluated_iterations < self.reader.iteration:
+            # resumed from a checkpoint taken on an iteration's last batch, before its
+            # evaluation: run that evaluation now, where the uninterrupted run did
+            last_eval = self.run_evaluation()
+            if cfg.checkpoint_every_eval:
+                self.save()
+                saved_at = self.step
+        while self.reader.iteration < self.total_iterations and self.step < self.stop_step:
+            for batch in self.reader.iteration_batches():
+                record = self.train_step(batch)
+                if info.is_main:
+                    self.history.append((self.step, record["train/loss"]))
+                    if self.step % cfg.log_interval == 0 or self.step >= self.stop_step:
+                        self.log.log(record, step=self.step)
+                        bar.set_postfix(loss=f"{record['train/loss']:.4f}", refresh=False)
+                    bar.update(1)
+                    if cfg.diagnostics_interval and self.step % cfg.diagnostics_interval == 0:
+                        self.log.log(self.alignment_record(batch), step=self.step)
+                if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0:
+                    self.save()
+                    saved_at = self.step
+                if self.step >= self.stop_step:
+                    break
+                if self.stop_agreed:    # on an iteration's last batch too: resuming runs its evaluation
+                    saved = self.save() if saved_at != self.step else self.run_dir / f"step_{self.step}"
+                    raise TrainingStopped(self.step, saved, self.run_dir)
+            last_eval = self.run_evaluation()
+            if cfg.checkpoint_every_eval:
+                self.save()
+                saved_at = self.step
+        if saved_at != self.step:  # the end of a run is always resumable and predictable
+            self.save()
+        return last_eval

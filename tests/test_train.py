@@ -360,7 +360,7 @@ def pretrain_cmd(data: Path, run_dir: Path, *extra: str) -> list[str]:
             f"checkpoint_path={run_dir}", "eval_save_predictions=false", *extra]
 
 
-def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
+def test_sigkill_or_sigterm_then_resume_reproduces_the_losses(small_build, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     straight = tmp_path / "straight"
     subprocess.run(pretrain_cmd(small_build, straight, "max_steps=12"), env=env, check=True, capture_output=True)
@@ -380,6 +380,26 @@ def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
                    env=env, check=True, capture_output=True)
     resumed = losses_by_step(run)
     assert resumed == expected  # identical floats, step for step
+
+    # SIGTERM (a scheduler's time limit): the run saves the step it stops after, says so, exits 143
+    run = tmp_path / "terminated"
+    proc = subprocess.Popen(pretrain_cmd(small_build, run, "max_steps=12"), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(losses_by_step(run) if (run / "log.jsonl").is_file() else ()) < 3:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    stopped = re.search(r"pretrain.py: stopped by SIGTERM at step (\d+), saved as (\S+): continue with "
+                        r"resume=(\S+)\n", err)
+    assert proc.returncode == 143 and stopped, err[-3000:]
+    step = int(stopped[1])
+    assert 3 <= step < 12, "SIGTERM came too late to test resume"
+    assert stopped[2] == str(run / f"step_{step}") and stopped[3] == str(run) and "Traceback" not in err
+    assert (run / "latest").read_text() == f"step_{step}"
+    subprocess.run(pretrain_cmd(small_build, run, "max_steps=12", f"resume={run}"), env=env, check=True,
+                   capture_output=True)
+    assert losses_by_step(run) == expected
 
 
 def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, tmp_path):
@@ -660,10 +680,11 @@ def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_pat
 
 
 def run_ranks(cmd: list[str], cwd: Path, env: dict, port: int, world_size: int = 2,
-              timeout: float = 300) -> list[subprocess.CompletedProcess]:
+              timeout: float = 300, while_running=None) -> list[subprocess.CompletedProcess]:
     """`cmd` as the ranks of one gloo group on this machine, each with the environment torchrun
     gives it, but without torchrun: that stops the other ranks as soon as one exits and reports
-    one exit status, where this returns every rank's own status and output."""
+    one exit status, where this returns every rank's own status and output. `while_running` is
+    called with the ranks' processes once all have started."""
     import tempfile
     ranks = []
     try:
@@ -672,6 +693,8 @@ def run_ranks(cmd: list[str], cwd: Path, env: dict, port: int, world_size: int =
             rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                             LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
             ranks.append((subprocess.Popen(cmd, cwd=cwd, env=rank_env, stdout=out, stderr=err, text=True), out, err))
+        if while_running is not None:
+            while_running([proc for proc, _, _ in ranks])
         done = []
         for proc, out, err in ranks:
             proc.wait(timeout=timeout)
@@ -728,6 +751,27 @@ def test_a_divergence_under_two_ranks_is_recorded_and_said_once(small_build, tmp
     assert "pretrain.py: error: training diverged" in ranks[0].stderr
     assert "Traceback" not in stderr and "terminate called" not in stderr
     assert json.loads((run / "diverged.json").read_text())["step"] <= 6
+
+
+def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_saved(small_build, tmp_path):
+    """A scheduler's SIGTERM that reaches one rank first: the flag travels with the step's metrics,
+    so both ranks save the same step (a complete checkpoint) and exit 143; said once."""
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    run = tmp_path / "run"
+
+    def terminate_rank_1(procs):
+        deadline = time.time() + 120
+        while time.time() < deadline and len(losses_by_step(run) if (run / "log.jsonl").is_file() else ()) < 2:
+            time.sleep(0.02)
+        procs[1].send_signal(signal.SIGTERM)
+    ranks = run_ranks(pretrain_cmd(small_build, run, "max_steps=40"), tmp_path, env, port=29535,
+                      while_running=terminate_rank_1)
+    stderr = "".join(r.stderr for r in ranks)
+    assert [r.returncode for r in ranks] == [143, 143], stderr[-3000:]
+    step = int(re.search(r"stopped by SIGTERM at step (\d+), saved as", ranks[0].stderr)[1])
+    assert stderr.count("stopped by SIGTERM") == 1 and "Traceback" not in stderr
+    assert step < 40 and (run / "latest").read_text() == f"step_{step}"
+    assert sorted(p.name for p in (run / f"step_{step}").iterdir()) == ["model.pt", "rank_0.pt", "rank_1.pt", "trainer.pt"]
 
 
 def test_ctrl_c_says_where_the_run_stands(small_build, tmp_path):
