@@ -406,8 +406,9 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
         keys = sorted(metrics)
-        stop = torch.tensor(float(self.sigterm is not None and self.sigterm.requested), dtype=torch.float64,
-                            device=loss.device)           # a SIGTERM on any rank stops every rank after this step
+        # a SIGTERM on any rank stops every rank after this step (torch.full: a fill, not a host copy)
+        stop = torch.full((), float(self.sigterm is not None and self.sigterm.requested), dtype=torch.float64,
+                          device=loss.device)
         reduced = torch.stack([loss.detach().double()] + [metrics[k].double() for k in keys] + [stop])
         values = all_reduce_sum_(reduced, info).tolist()  # the step's host sync (sign-SGD's unique adds one
                                                           # more, after the queue has drained)
