@@ -34,6 +34,10 @@ DepthCount = Literal["paper", "gradient_visible", "forward"]
 
 # The exponent that names a rule of the (c N)^p family.
 RULE_EXPONENT = {"deepnorm": 0.25, "deeploop": 0.5}
+# What each rule reads besides p: the (c N)^p family its constants, the pre-norm rule its lambda.
+RULE_SETTINGS = {"none": (), "deepnorm": ("c", "d"), "deeploop": ("c", "d"), "custom": ("c", "d"),
+                 "prenorm_1_over_n": ("lambda_",)}
+SETTING_DEFAULTS = {"c": 2.0, "d": 8.0, "lambda_": 1.0}
 
 
 def _rule_with_exponent(rule: str, p: Optional[float]) -> str:
@@ -104,9 +108,27 @@ class ScalingConfig(BaseModel):
     def _consistent(self):
         self.rule = _rule_with_exponent(self.rule, self.p)
         _check_rule_and_p(self.rule, self.p, "scaling.")
-        for name in ("H", "L"):
-            self.for_module(name)  # raises with the module named when the merge is inconsistent
+        rules = {name: self.for_module(name)["rule"] for name in ("H", "L")}  # raises naming the module
+        self._check_settings_are_read(rules)
         return self
+
+    def _check_settings_are_read(self, rules: dict) -> None:
+        """A c, d or lambda that no module's rule reads (`arch.scaling.lambda=2` with deeploop,
+        `arch.scaling.c=4` with hrm_v1's none) would be ignored without a word, as p would: refuse
+        it, as p is refused. The top level's value counts as set when it is not the default."""
+        for field, default in SETTING_DEFAULTS.items():
+            name, used_by = field.rstrip("_"), [rule for rule, reads in RULE_SETTINGS.items() if field in reads]
+            for module in ("H", "L"):
+                value = getattr(getattr(self, module), field)
+                if value is not None and field not in RULE_SETTINGS[rules[module]]:
+                    raise ValueError(f"scaling.{module}.{name}={value} has no effect: module {module} uses "
+                                     f"{rules[module]}, and only {' / '.join(used_by)} read {name}")
+            inherited = [m for m in ("H", "L") if getattr(getattr(self, m), field) is None]
+            value = getattr(self, field)
+            if value != default and not any(field in RULE_SETTINGS[rules[m]] for m in inherited):
+                why = (", ".join(f"module {m} uses {rules[m]}" for m in inherited) + f", and only "
+                       f"{' / '.join(used_by)} read {name}") if inherited else f"H and L set their own {name}"
+                raise ValueError(f"scaling.{name}={value} has no effect: {why}")
 
     def for_module(self, module: str) -> dict:
         """The effective settings of module "H" or "L": the top level updated by its override."""

@@ -78,10 +78,25 @@ def test_hydra_override_of_one_module_exponent():
     (dict(scaling=dict(c=0)), "scaling.c must be > 0"),
     (dict(scaling=dict(H=dict(q=1))), "q"),
     (dict(scaling=dict(rule="sqrt")), "rule"),
+    # a setting no module's rule reads would be ignored without a word, as p would
+    (dict(scaling={"rule": "deeploop", "lambda": 2}), "scaling.lambda=2.0 has no effect: module H uses deeploop, "
+                                                      "module L uses deeploop, and only prenorm_1_over_n read lambda"),
+    (dict(scaling=dict(rule="none", c=4)), "scaling.c=4.0 has no effect: .*only deepnorm / deeploop / custom read c"),
+    (dict(scaling=dict(rule="prenorm_1_over_n", d=4)), "scaling.d=4.0 has no effect"),
+    (dict(scaling=dict(rule="deeploop", L={"lambda": 3})), "scaling.L.lambda=3.0 has no effect: module L uses deeploop"),
+    (dict(scaling=dict(rule="deeploop", c=3, H=dict(c=2), L=dict(c=5))), "scaling.c=3.0 has no effect: H and L set "
+                                                                          "their own c"),
 ])
 def test_validation_errors_name_the_field(kwargs, message):
     with pytest.raises(ValidationError, match=message):
         ArchConfig(**kwargs)
+
+
+def test_a_setting_read_by_one_module_is_accepted():
+    """lambda for the one pre-norm module, c for the one module of the (c N)^p family."""
+    s = ScalingConfig(**{"rule": "deeploop", "lambda": 2.0, "c": 3.0, "H": {"rule": "prenorm_1_over_n"}})
+    assert s.for_module("H")["lambda_"] == 2.0 and s.for_module("L")["c"] == 3.0
+    assert ScalingConfig(rule="none", c=3.0, H={"p": 0.3}).for_module("H")["c"] == 3.0   # H is custom
 
 
 def test_lambda_key_and_none_overrides():
