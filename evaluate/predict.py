@@ -253,7 +253,9 @@ def main(argv=None) -> int:
                                    segment=compiled_segment(model) if compile_segment else None)
         write_predictions(out_dir, arrays, info, data_path=data_path, step=step, checkpoint=str(args["checkpoint"]))
         if info.is_main:
-            shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "count")
+            # q_halt_loss scores the blank rows padding the last batch (as HRM logs it): it moves with
+            # batch_size and the number of processes, so it is not shown among what the model did
+            shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k not in ("count", "q_halt_loss"))
             print(f"{int(metrics.get('count', 0))} test rows: {shown}")
             print(f"predictions: {out_dir}  (next: python evaluate/vote.py --predictions {out_dir})")
     finally:

@@ -50,6 +50,12 @@ def test_original_and_our_checkpoints_predict_the_same(small_build, tmp_path, ca
     assert a.keys() == b.keys() == {"puzzle_identifiers", "inputs", "preds", "q_halt_logits"}
     for key in a:
         assert np.array_equal(a[key], b[key]), key
+    # the metrics said are the model's, whatever the batch (none that scores the padding rows)
+    said = [line for line in capsys.readouterr().out.splitlines() if " test rows: " in line]
+    assert predict.main([f"checkpoint={ours}", f"data_path={small_build}", f"output_dir={tmp_path / 'b5'}",
+                         "batch_size=5"]) == 0
+    said += [line for line in capsys.readouterr().out.splitlines() if " test rows: " in line]
+    assert len(said) == 3 and len(set(said)) == 1 and "q_halt_loss" not in said[0], said
 
     # against the model's evaluation forward on the raw test rows (no reader, no padding)
     inputs = np.load(small_build / "test" / "all__inputs.npy")
