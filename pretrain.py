@@ -46,6 +46,7 @@ def launch(hydra_config: DictConfig) -> None:
         config.check_world_size(int(os.environ.get("WORLD_SIZE", "1")))
     except ValueError as e:
         exit_bad_config(f"error: {e}")
+    note_a_preset_named_otherwise(config.arch.name)
 
     from hrm.distributed import AgreedOnEveryRank, init_distributed, shutdown
     from hrm.train import Trainer, TrainingDiverged, TrainingStopped
@@ -109,6 +110,20 @@ def launch(hydra_config: DictConfig) -> None:
         # talks to it aborts the peer, and a rank that exits early makes torchrun stop the rest.
         if not (is_multirun() and finished):
             shutdown(wait_for_peers=finished or agreed)
+
+
+def note_a_preset_named_otherwise(name: str) -> None:
+    """A preset copied to a new file keeps its `name:` line, which names the runs
+    (`<name>-<time>`) and labels them in logs and checkpoints: `arch=my_arch` from a copy of
+    hrm_tiny.yaml would train runs called hrm_tiny-... Say so, once per machine, unless
+    `arch.name=` was given on the command line."""
+    from hydra.core.hydra_config import HydraConfig
+    hydra_config = HydraConfig.get()
+    preset = hydra_config.runtime.choices.get("arch")
+    named_here = any(o.split("=", 1)[0].lstrip("+~") == "arch.name" for o in hydra_config.overrides.task)
+    if preset and preset != name and not named_here:
+        say_once_per_node(f"note: the arch preset {preset} says `name: {name}`, so its runs are named and "
+                          f"logged as {name}; edit that line (or pass arch.name=...) to name them after it")
 
 
 def where_the_run_stands(trainer) -> str:

@@ -90,6 +90,30 @@ def test_batch_not_divisible_by_world_size_is_refused(small_build, tmp_path):
         cfg.check_world_size(2)
 
 
+def test_a_preset_copied_without_renaming_it_is_noted(tmp_path, capsys):
+    """configs/arch/my_arch.yaml copied from hrm_tiny.yaml keeps `name: hrm_tiny`, which names its
+    runs: pretrain.py says so, unless the name matches the file or arch.name= is given."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from pretrain import note_a_preset_named_otherwise
+    (tmp_path / "arch").mkdir()
+    (tmp_path / "arch" / "my_arch.yaml").write_text((ROOT / "configs" / "arch" / "hrm_tiny.yaml").read_text())
+    said = []
+    try:
+        for overrides in (["arch=my_arch"], ["arch=my_arch", "arch.name=mine"], ["arch=hrm_tiny"]):
+            with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+                config = hydra_compose("cfg_pretrain", overrides=[*overrides, f"hydra.searchpath=[file://{tmp_path}]"],
+                                       return_hydra_config=True)
+                HydraConfig.instance().set_config(config)     # as Hydra does for a job
+                note_a_preset_named_otherwise(config.arch.name)
+            said.append(capsys.readouterr().err)
+    finally:
+        HydraConfig.instance().cfg = None     # the other tests run outside any Hydra job
+    assert said[0] == ("pretrain.py: note: the arch preset my_arch says `name: hrm_tiny`, so its runs are named and "
+                       "logged as hrm_tiny; edit that line (or pass arch.name=...) to name them after it\n")
+    assert said[1:] == ["", ""]
+
+
 def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"data_path={small_build}", "lr=-1",
                           f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
