@@ -71,12 +71,20 @@ def launch(hydra_config: DictConfig) -> None:
                 print(f"pretrain.py: error: {e}", file=sys.stderr)
             sys.exit(EXIT_BAD_CONFIG)
         summary = trainer.fit()
-        if info.is_main and summary["steps_run"] == 0:   # resumed at its end: nothing was left to do
+        if info.is_main and summary["steps_run"] == 0 and not summary["eval"]:   # resumed at its end: nothing left
             print(f"done: the run had already finished at step {summary['step']} (max_steps or epochs end it "
                   f"there); checkpoints in {trainer.run_dir}", flush=True)
+        elif info.is_main and summary["steps_run"] == 0:   # stopped before its last evaluation, which ran now
+            print(f"done: step {summary['step']}, the run's last evaluation (pending when it stopped) ran now; "
+                  f"checkpoints in {trainer.run_dir}", flush=True)
         elif info.is_main:
             print(f"done: step {summary['step']}, {summary['steps_per_second']:.2f} steps/s, "
                   f"checkpoints in {trainer.run_dir}", flush=True)
+        if summary["sigterm"] and is_multirun():   # during the job's last evaluation or save: it is complete,
+            agreed = True                           # but the sweep must not start its next job
+            say_once_per_node(f"stopped by SIGTERM after the job {trainer.run_name} finished (step "
+                              f"{summary['step']}){later_jobs(config, trainer, tag)}")
+            sys.exit(EXIT_STOPPED)
         finished = True
     except TrainingDiverged as e:
         # every rank sees the same all-reduced loss and gradient norm, so every rank stops here at
@@ -89,7 +97,7 @@ def launch(hydra_config: DictConfig) -> None:
         finished = True
     except TrainingStopped as e:   # SIGTERM: every rank stopped after the same step, which is saved
         agreed = True
-        say_once_per_node(str(e))
+        say_once_per_node(f"{e}{later_jobs(config, trainer, tag)}")
         sys.exit(EXIT_STOPPED)
     except KeyboardInterrupt:   # Ctrl-C: where things stand, not a traceback (once per machine)
         if speaks_for_node():
@@ -124,6 +132,18 @@ def note_a_preset_named_otherwise(name: str) -> None:
     if preset and preset != name and not named_here:
         say_once_per_node(f"note: the arch preset {preset} says `name: {name}`, so its runs are named and "
                           f"logged as {name}; edit that line (or pass arch.name=...) to name them after it")
+
+
+def later_jobs(config, trainer, tag: str) -> str:
+    """In a sweep, a SIGTERM stops the sweep: its later jobs did not start, and `resume=<this run>`
+    would continue this job alone. The same sweep with resume=latest continues each job's own run
+    and starts the others; a sweep of default run names (`<arch>-<time>-<tag>`) needs its name
+    given, its time being the first job's."""
+    if not tag:
+        return ""
+    name = "" if config.run_name or config.checkpoint_path else f" run_name={trainer.run_name[:-len(tag) - 1]}"
+    return (f"; the sweep stops here, its later jobs not started: run the same sweep with resume=latest{name} "
+            f"to continue it")
 
 
 def where_the_run_stands(trainer) -> str:

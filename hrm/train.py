@@ -99,15 +99,23 @@ def estimated_total_steps(config: PretrainConfig, train_split) -> int:
 
 def check_some_steps(config: PretrainConfig, train_split, total_steps: int) -> None:
     """A run whose estimate rounds down to 0 steps (epochs=1 on a small build) would train nothing,
-    save a step_0 checkpoint and report itself as 'already finished': refuse it, with the sum."""
-    if total_steps >= 1:
-        return
+    save a step_0 checkpoint and report itself as 'already finished': refuse it, with the sum. So
+    would one whose evaluation interval draws less than a batch: the reader drops each iteration's
+    incomplete last batch, here its only one (epochs=4 eval_interval=1 with a batch above an epoch)."""
     meta = train_split.metadata
-    exact = config.epochs * meta.total_groups * meta.mean_puzzle_examples / config.global_batch_size
-    raise ValueError(f"the run would train 0 steps: its length is estimated as epochs={config.epochs} x "
-                     f"{meta.total_groups} puzzle groups x {meta.mean_puzzle_examples:g} mean examples per puzzle / "
-                     f"global_batch_size={config.global_batch_size} = {exact:.3g}, rounded down; raise epochs "
-                     f"(or lower global_batch_size)")
+    per_epoch = meta.total_groups * meta.mean_puzzle_examples / config.global_batch_size
+    if total_steps < 1:
+        raise ValueError(f"the run would train 0 steps: its length is estimated as epochs={config.epochs} x "
+                         f"{meta.total_groups} puzzle groups x {meta.mean_puzzle_examples:g} mean examples per "
+                         f"puzzle / global_batch_size={config.global_batch_size} = {config.epochs * per_epoch:.3g}, "
+                         f"rounded down; raise epochs (or lower global_batch_size)")
+    if int(config.epochs_per_iteration * per_epoch) < 1:
+        raise ValueError(f"the run would train 0 steps: each evaluation interval (eval_interval="
+                         f"{config.eval_interval} epochs) draws about {config.epochs_per_iteration} x "
+                         f"{meta.total_groups} puzzle groups x {meta.mean_puzzle_examples:g} mean examples per "
+                         f"puzzle = {config.epochs_per_iteration * per_epoch * config.global_batch_size:.3g} examples, "
+                         f"less than one global_batch_size={config.global_batch_size}, and an interval's incomplete "
+                         f"last batch is dropped; raise eval_interval (or lower global_batch_size)")
 
 
 _sweep_stamp: str | None = None   # the time stamp shared by a sweep's default run names (see run_names)
@@ -292,6 +300,7 @@ class Trainer:
         self.step = 0
         self.carry = None
         self.evaluated_iterations = 0   # reader iterations whose evaluation has run
+        self.final_evaluation_pending = False   # stopped by SIGTERM on the last step, before its evaluation
         self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0)
         if cfg.resume:
             return self._resume()
@@ -350,6 +359,7 @@ class Trainer:
         self.reader.load_state_dict(state["reader"])
         saved = state["evaluated_iterations"]
         self.evaluated_iterations = self.reader.iteration if saved is None else saved
+        self.final_evaluation_pending = state["final_evaluation_pending"]
         return ckpt
 
     def _check_fresh_folder(self) -> None:
@@ -482,6 +492,7 @@ class Trainer:
         metrics, arrays = evaluate(self.loss_head, batches, info, keep_predictions=cfg.eval_save_predictions,
                                    progress=self.progress, segment=self.eval_segment)
         self.evaluated_iterations = self.reader.iteration
+        self.final_evaluation_pending = False
         if arrays is not None:
             folder = write_predictions(self.run_dir / "predictions" / f"step_{self.step}", arrays, info,
                                        data_path=cfg.data_path, step=self.step, checkpoint=None)
@@ -515,7 +526,7 @@ class Trainer:
                                reader_state=self.reader.state_dict(), carry=self.carry,
                                config=self.resolved_config, info=self.info,
                                keep=self.config.keep_checkpoints, evaluated_iterations=self.evaluated_iterations,
-                               data=self.data_identity)
+                               final_evaluation_pending=self.final_evaluation_pending, data=self.data_identity)
 
     # ------------------------------------------------------------------------------------- loop
     def fit(self) -> dict:
@@ -536,7 +547,8 @@ class Trainer:
                 self.release_run_lock()
         seconds = time.perf_counter() - started
         return {"step": self.step, "eval": last_eval, "seconds": seconds, "steps_run": self.step - first_step,
-                "steps_per_second": (self.step - first_step) / seconds if seconds > 0 else 0.0}
+                "steps_per_second": (self.step - first_step) / seconds if seconds > 0 else 0.0,
+                "sigterm": self.stop_agreed}
 
     def _train(self, bar: tqdm) -> dict:
         """The loop: steps, evaluations and checkpoints until the run's end, or until a SIGTERM
@@ -544,9 +556,11 @@ class Trainer:
         cfg, info = self.config, self.info
         last_eval: dict = {}
         saved_at = None
-        if self.evaluated_iterations < self.reader.iteration:
-            # resumed from a checkpoint taken on an iteration's last batch, before its
-            # evaluation: run that evaluation now, where the uninterrupted run did
+        if self.evaluated_iterations < self.reader.iteration or (self.final_evaluation_pending
+                                                                 and self.step >= self.stop_step):
+            # resumed from a checkpoint taken on an iteration's last batch, or a SIGTERM's on the
+            # run's last step, before its evaluation: run that evaluation now, where the
+            # uninterrupted run did
             last_eval = self.run_evaluation()
             if cfg.checkpoint_every_eval:
                 self.save()
@@ -565,15 +579,29 @@ class Trainer:
                 if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0:
                     self.save()
                     saved_at = self.step
+                if self.stop_agreed:
+                    # on an iteration's or the run's last batch too, before the evaluation (the whole
+                    # test split can outlast the scheduler's grace period): resuming runs it; the run's
+                    # last step is saved again with that noted (a checkpoint_interval save lacks it)
+                    self.final_evaluation_pending = self.step >= self.stop_step
+                    saved = self.save() if saved_at != self.step or self.final_evaluation_pending \
+                        else self.run_dir / f"step_{self.step}"
+                    raise TrainingStopped(self.step, saved, self.run_dir)
                 if self.step >= self.stop_step:
                     break
-                if self.stop_agreed:    # on an iteration's last batch too: resuming runs its evaluation
-                    saved = self.save() if saved_at != self.step else self.run_dir / f"step_{self.step}"
-                    raise TrainingStopped(self.step, saved, self.run_dir)
             last_eval = self.run_evaluation()
             if cfg.checkpoint_every_eval:
                 self.save()
                 saved_at = self.step
         if saved_at != self.step:  # the end of a run is always resumable and predictable
             self.save()
+        # a SIGTERM during the last evaluation or save: the run is complete, but a sweep must not
+        # start its next job (pretrain.py reads this); agreed, as every rank decides that alike
+        self.stop_agreed = self.sigterm_on_any_rank()
         return last_eval
+
+    def sigterm_on_any_rank(self) -> bool:
+        """Whether fit's SIGTERM handler was called on some rank (collective)."""
+        requested = float(self.sigterm is not None and self.sigterm.requested)
+        return all_reduce_sum_(torch.full((), requested, dtype=torch.float64, device=self.info.device),
+                               self.info).item() > 0

@@ -66,10 +66,11 @@ def _write_atomic(path: Path, payload) -> None:
 
 def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, reader_state: dict, carry,
                     config: dict, info: DistInfo, keep: int = 0, evaluated_iterations: int | None = None,
-                    data: dict | None = None) -> Path:
+                    final_evaluation_pending: bool = False, data: dict | None = None) -> Path:
     """Collective: every rank must call it. Returns the final step folder. `evaluated_iterations`:
     how many of the reader's iterations have had their evaluation (a checkpoint written on an
-    iteration's last batch, before its evaluation, leaves one pending). `data`: the training build's
+    iteration's last batch, before its evaluation, leaves one pending); `final_evaluation_pending`:
+    one written on the run's last step before its evaluation (a SIGTERM's). `data`: the training build's
     identity (arc_data.manifest.build_identity), kept in trainer.pt and model.pt so that resume and
     predict.py recognise another build of the same size."""
     run_dir = Path(run_dir)
@@ -86,7 +87,7 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         _write_atomic(tmp / "trainer.pt", {
             "format": FORMAT, "step": step, "world_size": info.world_size, "config": config,
             "scaling": model.scaling, "reader": reader_state, "evaluated_iterations": evaluated_iterations,
-            "data": data,
+            "final_evaluation_pending": final_evaluation_pending, "data": data,
             # the config keeps data_path as typed (often relative to where training ran); this one
             # finds the build from anywhere (predict.py)
             "data_path_resolved": str(Path(config["data_path"]).resolve()) if config.get("data_path") else None,
@@ -200,9 +201,10 @@ def previous_checkpoint_hint(step_dir: str | Path, option: str = "resume",
 def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: DistInfo,
                     check_config=None) -> dict:
     """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config",
-    "evaluated_iterations" (None in checkpoints that predate it)}. `check_config(saved_config,
-    saved_data)` runs before anything is restored (the weights can be GBs) and may refuse the
-    checkpoint; `saved_data` is the build identity (None in checkpoints that predate it).
+    "evaluated_iterations" (None in checkpoints that predate it), "final_evaluation_pending" (False
+    in those)}. `check_config(saved_config, saved_data)` runs before anything is restored (the
+    weights can be GBs) and may refuse the checkpoint; `saved_data` is the build identity (None in
+    checkpoints that predate it).
 
     The carry is restored only when the world size is unchanged (each rank's rows in flight are
     its own); otherwise every rank starts from a fresh carry. A file that cannot be read is named,
@@ -239,4 +241,5 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
         print(f"resume: world size {trainer['world_size']} -> {info.world_size}; rows in flight restart "
               f"from a fresh carry", flush=True)
     return {"step": trainer["step"], "reader": trainer["reader"], "carry": carry, "config": trainer["config"],
-            "evaluated_iterations": trainer.get("evaluated_iterations")}
+            "evaluated_iterations": trainer.get("evaluated_iterations"),
+            "final_evaluation_pending": trainer.get("final_evaluation_pending", False)}

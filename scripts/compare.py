@@ -333,12 +333,12 @@ def results_markdown(report: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def recipe_script(recipe: Recipe) -> str:
+def recipe_script(recipe: Recipe, out: Path) -> str:
     """The recipe as a bash script: the build's digest is read once and checked (after a full
     re-hash) before each training; a run that diverges (torchrun exits 1, pretrain.py leaves
     diverged.json) is a result, and the script goes on; step folders are read from each run's
     `latest` file, and the predictions training wrote for that step are voted on (predict.py runs
-    where there are none)."""
+    where there are none); `out`: where its closing --report writes the table (--out)."""
     build = shlex.quote(str(recipe.build))
     lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
     if recipe.build_cmd:
@@ -361,9 +361,9 @@ def recipe_script(recipe: Recipe) -> str:
                   "  " + shell_line(recipe.vote_cmd(arm, "PRED")).replace(
                       "--predictions PRED", f'--predictions {run}/predictions/"$(cat {run}/latest)"'),
                   "fi"]
-    lines.append("# the table: results/compare_paper.md and .json")
+    lines.append(f"# the table: {out}.md and .json")
     lines.append(f"python scripts/compare.py --preset paper --report --data {build} "
-                 f"--work {shlex.quote(str(recipe.work))}")
+                 f"--work {shlex.quote(str(recipe.work))} --out {shlex.quote(str(out))}")
     return "\n".join(lines) + "\n"
 
 
@@ -465,7 +465,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     recipe = cpu_recipe(args) if args.preset == "cpu" else paper_recipe(args)
     if args.preset == "paper" and not (args.launch or args.report):
-        print(recipe_script(recipe), end="")
+        print(recipe_script(recipe, args.out), end="")
         return 0
     started = time.perf_counter()
 

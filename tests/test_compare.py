@@ -366,7 +366,11 @@ echo "$@" >> ran.txt
     python_ran = (tmp_path / "ran.txt").read_text().splitlines()
     assert [line.split()[0] for line in python_ran] == ["build_arc.py"] * 3 + ["evaluate/vote.py", "scripts/compare.py"]
     assert "checkpoints/compare_paper/hrm_deeploop/predictions/step_9" in python_ran[3]
-    assert python_ran[4].endswith("--report --data data/arc-aug-1000 --work checkpoints/compare_paper")
+    assert python_ran[4].endswith("--report --data data/arc-aug-1000 --work checkpoints/compare_paper "
+                                  "--out results/compare_paper")
+    # an --out given to the printed recipe is where its table goes
+    assert compare.main(["--preset", "paper", "--out", "results/mine"]) == 0
+    assert capsys.readouterr().out.endswith("--work checkpoints/compare_paper --out results/mine\n")
 
 
 def test_training_predictions_are_reused_only_when_every_setting_matches(small_build, tmp_path):

@@ -21,7 +21,7 @@ import torch
 from conftest import MICRO_ARCH, ROOT
 from hrm.distributed import DistInfo
 from hrm.pretrain_config import PretrainConfig
-from hrm.train import Trainer, TrainingDiverged, lr_at
+from hrm.train import Trainer, TrainingDiverged, TrainingStopped, lr_at
 
 CPU = DistInfo(0, 1, 0, torch.device("cpu"))
 
@@ -424,6 +424,71 @@ def test_sigkill_or_sigterm_then_resume_reproduces_the_losses(small_build, tmp_p
     subprocess.run(pretrain_cmd(small_build, run, "max_steps=12", f"resume={run}"), env=env, check=True,
                    capture_output=True)
     assert losses_by_step(run) == expected
+
+
+def sigterm_when(trainer: Trainer, method: str, condition) -> None:
+    """Make `trainer.<method>` send this process SIGTERM (to fit's handler) when `condition(trainer)` holds."""
+    original = getattr(trainer, method)
+
+    def patched(*args):
+        if condition(trainer):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args)
+    setattr(trainer, method, patched)
+
+
+def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it(small_build, tmp_path):
+    """The run's last evaluation is a pass over the whole test split, which can outlast the
+    scheduler's grace period: a SIGTERM in the last step saves that step first and stops (exit 143),
+    as on any other step, and the resumed run runs the evaluation the uninterrupted run did."""
+    settings = dict(max_steps=4, eval_save_predictions=False, checkpoint_interval=2)   # step_4 saved before it too
+    Trainer(micro_config(small_build, tmp_path / "straight", **settings), CPU, progress=False).fit()
+    run = tmp_path / "run"
+    stopping = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    sigterm_when(stopping, "train_step", lambda t: t.step == 3)      # the step that makes step 4
+    with pytest.raises(TrainingStopped, match="stopped by SIGTERM at step 4"):
+        stopping.fit()
+    assert eval_records(run) == [] and (run / "latest").read_text() == "step_4"
+    summary = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    assert summary["steps_run"] == 0 and summary["eval"] and not summary["sigterm"]
+    assert eval_records(run) == eval_records(tmp_path / "straight")
+    again = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    assert again["eval"] == {} and len(eval_records(run)) == 1     # done once: the run is finished
+
+
+def test_a_sweep_stops_at_a_sigterm_during_a_jobs_last_evaluation(small_build, tmp_path):
+    """The job is complete then, but the sweep must not start its next job (the scheduler's SIGKILL
+    would cut it): exit 143, naming the sweep's run_name for resume=latest, which continues it."""
+    wrapper = tmp_path / "sigterm_in_first_evaluation.py"
+    wrapper.write_text(f"""import os, runpy, signal, sys
+sys.path.insert(0, {str(ROOT)!r})
+from hrm.train import Trainer
+evaluate = Trainer.run_evaluation
+def run_evaluation(self):
+    if not getattr(Trainer, "sent", False):
+        Trainer.sent = True
+        os.kill(os.getpid(), signal.SIGTERM)
+    return evaluate(self)
+Trainer.run_evaluation = run_evaluation
+sys.argv[0] = {str(ROOT / "pretrain.py")!r}
+runpy.run_path(sys.argv[0], run_name="__main__")
+""")
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    cmd = sweep_cmd(small_build, "lr=1e-3,2e-3")
+    run = subprocess.run([cmd[0], str(wrapper), *cmd[2:]], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert run.returncode == 143, run.stderr[-3000:]
+    runs = tmp_path / "checkpoints" / "sweep"
+    [first] = runs.iterdir()
+    assert (first / "latest").read_text() == "step_3" and eval_records(first)
+    stopped = re.search(r"stopped by SIGTERM after the job \S+ finished \(step 3\); the sweep stops here, its later "
+                        r"jobs not started: run the same sweep with resume=latest (run_name=\S+) to continue it", run.stderr)
+    assert stopped and first.name == stopped[1].removeprefix("run_name=") + "-lr=0.001", run.stderr[-3000:]
+    again = subprocess.run([*sweep_cmd(small_build, "lr=1e-3,2e-3"), "resume=latest", stopped[1]], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "the run had already finished at step 3" in again.stdout and "starts afresh" in again.stdout
+    assert sorted(p.name for p in runs.iterdir()) == [first.name, first.name.replace("lr=0.001", "lr=0.002")]
 
 
 def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, tmp_path):
@@ -854,6 +919,13 @@ def test_a_run_estimated_at_zero_steps_is_refused_before_its_folder_is_made(smal
     with pytest.raises(ValueError, match=r"would train 0 steps: .*epochs=1 x .*global_batch_size=1024"):
         Trainer(micro_config(small_build, tmp_path / "run", epochs=1, eval_interval=None, global_batch_size=1024),
                 CPU, progress=False)
+    assert not (tmp_path / "run").exists()
+    # ~60 examples an epoch, 4 epochs: 3 steps estimated, but each 1-epoch interval is less than a
+    # batch of 64 and its incomplete batch is dropped, so not one step would run
+    with pytest.raises(ValueError, match=r"would train 0 steps: each evaluation interval \(eval_interval=1 epochs\) "
+                                         r"draws about .* less than one global_batch_size=64"):
+        Trainer(micro_config(small_build, tmp_path / "run", epochs=4, eval_interval=1, global_batch_size=64,
+                             max_steps=None), CPU, progress=False)
     assert not (tmp_path / "run").exists()
 
 
