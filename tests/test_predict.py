@@ -252,6 +252,11 @@ def test_a_recorded_build_that_is_not_there_says_where_it_came_from(small_build,
     assert predict.main([f"checkpoint={original}", f"data_path={tmp_path / 'elsewhere'}"]) == 2
     err = capsys.readouterr().err
     assert "elsewhere" in err and "recorded with checkpoint" not in err
+    # a recorded build that is there but damaged is named as such, without the hint
+    (tmp_path / "moved" / "test").mkdir(parents=True)
+    assert predict.main([f"checkpoint={original}"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "moved") in err and "recorded with checkpoint" not in err
 
 
 def test_a_build_other_than_the_training_one_is_refused(small_build, tmp_path, capsys):
