@@ -47,6 +47,11 @@ class DatasetError(ValueError):
     """A build on disk is missing a file or is inconsistent; the message names the file."""
 
 
+class NotABuild(DatasetError):
+    """The folder holds no such split: not a build, or a build that is not there (moved, or a path
+    recorded on another machine), which a caller that took the path from a record can say."""
+
+
 class DatasetMetadata(pydantic.BaseModel):
     """The content of ``<split>/dataset.json`` (same fields as the original HRM builder writes)."""
 
@@ -103,7 +108,7 @@ def load_split(dataset_dir: str | Path, split: str) -> PuzzleSplit:
     """
     directory = Path(dataset_dir) / split
     if not directory.is_dir():
-        raise DatasetError(f"{directory}: split directory not found (is {dataset_dir} a build?)")
+        raise NotABuild(f"{directory}: split directory not found (is {dataset_dir} a build?)")
     metadata = _load_metadata(directory / "dataset.json")
     if metadata.sets != [SET_NAME]:
         raise DatasetError(f"{directory / 'dataset.json'}: sets is {metadata.sets}, "

@@ -27,7 +27,7 @@ if __package__ in (None, ""):
 
 import yaml  # noqa: E402
 
-from arc_data.dataset import DatasetError, EvalBatches, load_split  # noqa: E402
+from arc_data.dataset import EvalBatches, NotABuild, load_split  # noqa: E402
 from arc_data.manifest import build_identity  # noqa: E402
 from evaluate.errors import EvaluationInputError  # noqa: E402
 from evaluate.outputs import check_output_dir  # noqa: E402
@@ -195,12 +195,12 @@ def check_same_build(trained_on: dict | None, data_path: str, checkpoint: str) -
                            f"belong to another puzzle; pass the training build as data_path")
 
 
-def recorded_build_hint(args: dict, data_path: str | None) -> str:
+def recorded_build_hint(args: dict) -> str:
     """Without data_path=, the build is the one the checkpoint records (training's data_path, or the
     original code's all_config.yaml): one that is not there (moved since, or a relative path of
     another machine: the released checkpoints say data/arc-aug-1000) is named as that, with the
-    way out. A build that is there but damaged needs no such hint."""
-    if "data_path" in args or data_path is None or Path(data_path).is_dir():
+    way out."""
+    if "data_path" in args:
         return ""
     return (f"; that is the data_path recorded with checkpoint {args['checkpoint']}: pass data_path=DIR "
             f"for the build's place here")
@@ -219,7 +219,6 @@ def main(argv=None) -> int:
     if any(item in ("-h", "--help") for item in argv):   # as the project's argparse commands answer it
         print(__doc__.strip())
         return 0
-    data_path = None
     try:
         args = parse_args(argv)
         args["checkpoint"] = resolve_checkpoint(args["checkpoint"])
@@ -229,8 +228,8 @@ def main(argv=None) -> int:
             check_output_folder(out_dir, "the predictions folder", hint="; pass output_dir=DIR for another")
         test = load_split(data_path, "test")
         check_same_build(trained_on, data_path, args["checkpoint"])
-    except DatasetError as e:
-        return refuse(f"{e}{recorded_build_hint(args, data_path)}")
+    except NotABuild as e:     # a build that is there but damaged needs no hint
+        return refuse(f"{e}{recorded_build_hint(args)}")
     except (PredictError, ValueError, FileNotFoundError) as e:
         return refuse(str(e))
     if test.metadata.num_puzzle_identifiers != model.num_puzzle_identifiers:
