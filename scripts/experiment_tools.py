@@ -180,14 +180,16 @@ def shell_line(cmd: list[str]) -> str:
 
 
 def run_logged(cmd: list[str], log: Path, *, step: str, threads: int | None = None,
-               allowed_codes: tuple[int, ...] = (0,), env: dict | None = None) -> tuple[int, float]:
+               allowed_codes: tuple[int, ...] = (0,), env: dict | None = None,
+               append: bool = False) -> tuple[int, float]:
     """Run a command from the repository root, its stdout and stderr into `log`; returns
     (exit code, wall seconds). An exit code outside `allowed_codes` raises, naming the log.
-    ``env``: variables set for the child on top of ours (see thread_env)."""
+    ``env``: variables set for the child on top of ours (see thread_env). ``append``: after what
+    the log holds (a run continued), its first line still the command that started it."""
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with open(log, "w") as f:
+    with open(log, "a" if append else "w") as f:
         f.write(f"$ {shell_line(cmd)}\n")
         f.flush()
         code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT,

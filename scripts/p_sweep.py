@@ -29,8 +29,10 @@ does, so a bad `--set` stops the sweep with pretrain.py's reason (exit 2) instea
 Resumable: each cell lives in `<work>/lr<lr>_loops<HxL>/p<p>_seed<seed>/` (p with 3 decimals, more
 where 3 would round it; two cells that would share a folder are refused, exit 2) with a `cell.json`
 written when its run ends; rerunning the same command skips every cell whose cell.json records the
-same command and build digest and whose run is a result (trained/stuck/diverged); crashed cells are
-run again.
+same command and build digest and whose run is a result (trained/stuck/diverged); a cell whose run
+was stopped before its end with a checkpoint saved (a scheduler's SIGTERM, after which pretrain.py
+saves the step it stopped at; a sweep killed after a save) continues from it with resume=latest, as
+started by the same command (its started.json); other crashed cells are run again from scratch.
 Classification is recomputed from the logs on every invocation, so --margin/--window can be
 changed without training again (a --window longer than --steps is refused; the default is cut to
 --steps). OUT.md names the commands that trained its cells (each cell.json records the one that
@@ -58,7 +60,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      check_outputs, last_eval, read_run_log, remove_unless_training, run_logged,
+                                      check_outputs, last_eval, latest_checkpoint, read_run_log,
+                                      remove_unless_training, run_logged,
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, FINISHED, classify_run,  # noqa: E402
@@ -66,6 +69,7 @@ from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, FINISHED,
 
 DEFAULT_P = [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60]
 EXIT_BAD_GRID = 2   # a grid that cannot run as given (cells sharing a folder, a config pretrain.py refuses)
+EXIT_STOPPED = 143   # pretrain.py stopped by SIGTERM, the step it stopped at saved: a rerun continues the cell
 CSV_COLUMNS = ["p", "seed", "lr", "loops", "status", "final_loss", "min_loss", "steps", "floor",
                "alpha", "beta", "eval_lm_loss", "exit_code", "seconds"]
 # The committed CPU run: 4 exponents x 2 seeds x 2 learning rates of hrm_tiny on 16 ARC-AGI-1 tasks,
@@ -207,19 +211,44 @@ def split_finished(cells: list[Cell], args, build: Path, digest: str, work: Path
     return records, todo
 
 
+def interrupted_run(cell_dir: Path, signature: str, digest: str) -> bool:
+    """Whether the cell's run was started by this very command on this build (started.json) and
+    stopped before it ended, with a checkpoint to continue from: a SIGTERM (a scheduler's time
+    limit or preemption, where pretrain.py saves the step it stops at), a sweep killed, a crash
+    after a save. Resuming reproduces the uninterrupted run's losses, so a rerun continues it
+    instead of training it again from scratch."""
+    started = cell_dir / "started.json"
+    try:
+        record = json.loads(started.read_text())
+    except (OSError, ValueError):
+        return False
+    latest = cell_dir / "run" / "latest"     # written once a checkpoint is complete
+    return (record.get("signature") == signature and record.get("digest") == digest and latest.is_file()
+            and (cell_dir / "run" / latest.read_text().strip()).is_dir())
+
+
 def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | None = None) -> dict:
-    """Train one cell (its folder wiped first), on `gpu` when given, and record how it ended."""
+    """Train one cell, on `gpu` when given, and record how it ended: an interrupted run of the same
+    command continued (interrupted_run), anything else wiped first and trained from scratch."""
     cell_dir = work / cell.folder
     run_dir = cell_dir / "run"
     cmd = train_command(cell, args, build, run_dir)
-    if cell_dir.exists():
+    signature = command_signature(cmd)
+    resume = interrupted_run(cell_dir, signature, digest)
+    if resume:
+        print(f"{cell.describe()}: continuing its interrupted run from {latest_checkpoint(run_dir).name}", flush=True)
+    elif cell_dir.exists():
         remove_unless_training(cell_dir, run_dir, "another sweep over the same --work?")
     check_build(build, digest)
-    code, seconds = run_logged(cmd, cell_dir / "train.log", step=f"cell {cell.folder}", threads=args.threads,
-                               allowed_codes=tuple(range(256)),
-                               env=gpu_env(gpu))
-    record = {"signature": command_signature(cmd), "digest": digest, "command": shell_line(cmd),
-              "sweep_command": args.command, "exit_code": code, "seconds": round(seconds, 1), "gpu": gpu}
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    (cell_dir / "cell.json").unlink(missing_ok=True)    # a record of the attempt before no longer holds
+    (cell_dir / "started.json").write_text(json.dumps({"signature": signature, "digest": digest}) + "\n")
+    code, seconds = run_logged(cmd + ["resume=latest"] if resume else cmd, cell_dir / "train.log",
+                               step=f"cell {cell.folder}", threads=args.threads, allowed_codes=tuple(range(256)),
+                               env=gpu_env(gpu), append=resume)
+    record = {"signature": signature, "digest": digest, "command": shell_line(cmd),
+              "sweep_command": args.command, "exit_code": code, "seconds": round(seconds, 1), "gpu": gpu,
+              "resumed": resume}
     tmp = cell_dir / ".cell.json.tmp"
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     os.replace(tmp, cell_dir / "cell.json")
@@ -520,6 +549,8 @@ def main(argv=None) -> int:
             if row["status"] == ERROR:
                 log = work / cell.folder / "train.log"
                 print("".join(f"    {line}\n" for line in failure_reason(log)) + f"    (log: {log})", flush=True)
+                if record["exit_code"] == EXIT_STOPPED:
+                    print("    (stopped by SIGTERM: the same p_sweep.py command continues it)", flush=True)
 
     try:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:

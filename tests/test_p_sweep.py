@@ -168,6 +168,50 @@ def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp
     np.testing.assert_array_equal(read_png(out.with_suffix(".png")), decode_png(data))
 
 
+def test_a_rerun_continues_a_cell_stopped_by_sigterm(small_build, tmp_path, monkeypatch, capsys):
+    """A scheduler's SIGTERM stops a cell's training after a few steps (pretrain.py saves that step,
+    exit 143): the rerun continues it with resume=latest instead of training it from scratch."""
+    import signal
+    import subprocess
+    import time
+    from scripts.experiment_tools import run_logged, thread_env
+    argv = ["--data", str(small_build), "--p", "0.5", "--seeds", "0", "--steps", "12", "--jobs", "1",
+            "--gpus", "none", "--window", "4", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "sweep"),
+            "--set", *MICRO]
+    run_log = tmp_path / "work" / "lr0.001_loops2x2" / "p0.500_seed0" / "run" / "log.jsonl"
+
+    def stopped_after_a_few_steps(cmd, log, **kwargs):
+        with open(log, "w") as f:
+            f.write(f"$ {' '.join(cmd)}\n")
+            f.flush()
+            child = subprocess.Popen(cmd, cwd=p_sweep.REPO, stdout=f, stderr=subprocess.STDOUT,
+                                     env=thread_env(1))
+            deadline = time.time() + 120
+            while time.time() < deadline and (not run_log.is_file() or run_log.read_text().count("train/loss") < 3):
+                time.sleep(0.02)
+            child.send_signal(signal.SIGTERM)
+            return child.wait(), 1.0
+    monkeypatch.setattr(p_sweep, "run_logged", stopped_after_a_few_steps)
+    assert p_sweep.main(argv) == 1                       # a cell not finished: not a result yet
+    assert "stopped by SIGTERM: the same p_sweep.py command continues it" in capsys.readouterr().out
+    cell = tmp_path / "work" / "lr0.001_loops2x2" / "p0.500_seed0"
+    assert json.loads((cell / "cell.json").read_text())["exit_code"] == 143
+    stopped_at = int((cell / "run" / "latest").read_text().removeprefix("step_"))
+    assert 3 <= stopped_at < 12, "SIGTERM came too late to test the rerun"
+
+    children = []
+    monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: children.append(cmd) or run_logged(cmd, log, **kw))
+    capsys.readouterr()
+    assert p_sweep.main(argv) == 0
+    assert f"continuing its interrupted run from step_{stopped_at}" in capsys.readouterr().out
+    assert len(children) == 1 and children[0][-1] == "resume=latest"
+    record = json.loads((cell / "cell.json").read_text())
+    assert record["exit_code"] == 0 and record["resumed"] is True and "resume=latest" not in record["command"]
+    steps = [json.loads(line)["step"] for line in run_log.read_text().splitlines() if "train/loss" in line]
+    assert sorted(set(steps)) == list(range(1, 13))
+    assert (cell / "train.log").read_text().startswith(f"$ {' '.join(children[0][:-1])}")   # the first command
+
+
 def test_a_rerun_keeps_the_commands_that_trained_the_cells(small_build, tmp_path, monkeypatch):
     """OUT.md names the p_sweep.py commands that trained its cells: a rerun that only reclassifies
     (another --window) adds its own line, and one that trains a new cell lists both with counts."""
