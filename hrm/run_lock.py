@@ -78,7 +78,10 @@ class RunLock:
 
     def release(self, cleanup: bool = False) -> None:
         if cleanup:     # unlinked while still held: nobody can take a lock on the file being removed
-            (self.run_dir / LOCK_NAME).unlink(missing_ok=True)
+            try:
+                (self.run_dir / LOCK_NAME).unlink(missing_ok=True)
+            except OSError:     # a read-only folder (the refusal being cleaned up after): the file stays
+                pass
             for folder in self._created:
                 try:
                     folder.rmdir()      # only if empty: never anything another process put there

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -39,8 +40,9 @@ from hrm.pretrain_config import PretrainConfig
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
 from hrm.run_log import RunLog, resolve_wandb_mode
-from hrm.train_checkpoint import (check_run_folder_usable, list_checkpoints, load_checkpoint, resolve_resume,
-                                  save_checkpoint)
+from hrm.train_checkpoint import (check_run_folder_usable, check_run_folder_writable, list_checkpoints,
+                                  load_checkpoint, remove_unfinished_saves, resolve_resume, save_checkpoint,
+                                  unwritable_run_folder)
 
 
 class TrainingDiverged(RuntimeError):
@@ -62,12 +64,18 @@ class StopOnSigterm:
     same step), and the run saves that step and stops (fit raises TrainingStopped). Schedulers send
     SIGTERM some seconds before SIGKILL (SLURM: KillWait, 30 s by default; torchrun also waits 30 s
     after passing it on): one step and a save fit; hours since the last evaluation's checkpoint
-    would be lost otherwise. A second SIGTERM kills at once, as before. Installed only from the
-    main thread (signal handlers can be set nowhere else)."""
+    would be lost otherwise. A second SIGTERM kills at once, as before, unless it comes within
+    REPEAT_WINDOW_S of the first: a scheduler that signals every process of a job (SLURM's time
+    limit and scancel, with proctrack/cgroup) reaches torchrun's workers directly and again through
+    torchrun passing it on, and that copy must not kill the save the first one asked for.
+    Installed only from the main thread (signal handlers can be set nowhere else)."""
+
+    REPEAT_WINDOW_S = 5.0
 
     def __init__(self):
         self.requested = False
         self._previous = None
+        self._first_at = 0.0
 
     def __enter__(self) -> "StopOnSigterm":
         if threading.current_thread() is threading.main_thread():
@@ -75,8 +83,12 @@ class StopOnSigterm:
         return self
 
     def _request(self, signum, frame) -> None:
-        self.requested = True
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)    # the next one ends the process
+        now = time.monotonic()
+        if not self.requested:
+            self.requested, self._first_at = True, now
+        elif now - self._first_at > self.REPEAT_WINDOW_S:   # a later one ends the process, as SIGTERM does
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
@@ -311,10 +323,15 @@ class Trainer:
         """Rank 0 takes the run folder (hrm/run_lock.py) before anything in it is read or written:
         a second start of a run in progress is refused as such, before it loads a checkpoint the
         live run may be pruning. Creates the folder; a refused start removes what it created. Every
-        rank first refuses a folder a file blocks (`checkpoint_path=` pointed at a file)."""
+        rank first refuses a folder a file blocks (`checkpoint_path=` pointed at a file); rank 0 then
+        one it cannot write into (which would otherwise fail at the first save, hours in)."""
         check_run_folder_usable(self.run_dir)
         if self.info.is_main:
-            self.run_lock = RunLock.acquire(self.run_dir)
+            try:
+                self.run_lock = RunLock.acquire(self.run_dir)
+            except OSError as e:    # a read-only folder, or one that cannot be made where it would go
+                raise unwritable_run_folder(self.run_dir, e) from None
+            check_run_folder_writable(self.run_dir)
 
     def release_run_lock(self, cleanup: bool = False) -> None:
         """Let another process train into the run folder (at the end of fit; `cleanup` after a
@@ -349,6 +366,10 @@ class Trainer:
         state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info,
                                 check_config=check_resumable)
         self.step, self.carry = state["step"], state["carry"]
+        if not cfg.run_name and ckpt.parent.resolve() == self.run_dir.resolve() and state["run_name"]:
+            # a run continued without run_name (checkpoint_path=, or resume=<its folder>) keeps the
+            # name it started with, not a new `<arch>-<now>`: W&B continues the same run (its id)
+            self.run_name = state["run_name"]
         # torch's load_state_dict brings back the saved groups' settings too; this run's config
         # says what they are now (the lr comes from the schedule at every step)
         settings = {"dense": dict(betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay),
@@ -375,7 +396,8 @@ class Trainer:
     def _tell_start(self, resumed_from: Path | None) -> None:
         """Rank 0, once every rank's checks have passed (nothing is said or moved for a refused
         start): a useless test split, where the run resumes, an earlier divergence archived (a
-        fresh start where an earlier attempt diverged before any checkpoint, or a resumed one)."""
+        fresh start where an earlier attempt diverged before any checkpoint, or a resumed one), the
+        unfinished saves of a run killed while saving removed."""
         if self.test_split.num_examples == 0:
             print(f"warning: {self.config.data_path} has an empty test split (its sources had no `evaluation` "
                   f"subset), so the evaluations measure nothing", file=sys.stderr, flush=True)
@@ -383,6 +405,10 @@ class Trainer:
             branch = "" if resumed_from.parent.resolve() == self.run_dir.resolve() else f", writing to {self.run_dir}"
             print(f"resumed from {resumed_from} at step {self.step}{branch}", flush=True)
         self._archive_divergence()
+        leftovers = remove_unfinished_saves(self.run_dir)
+        if leftovers:
+            print(f"removed {', '.join(leftovers)} from {self.run_dir}: a save that a killed run left unfinished",
+                  flush=True)
 
     # ------------------------------------------------------------------------------------ steps
     def train_step(self, batch: dict) -> dict:
@@ -526,7 +552,8 @@ class Trainer:
                                reader_state=self.reader.state_dict(), carry=self.carry,
                                config=self.resolved_config, info=self.info,
                                keep=self.config.keep_checkpoints, evaluated_iterations=self.evaluated_iterations,
-                               final_evaluation_pending=self.final_evaluation_pending, data=self.data_identity)
+                               final_evaluation_pending=self.final_evaluation_pending, data=self.data_identity,
+                               run_name=self.run_name)
 
     # ------------------------------------------------------------------------------------- loop
     def fit(self) -> dict:

@@ -66,13 +66,15 @@ def _write_atomic(path: Path, payload) -> None:
 
 def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, reader_state: dict, carry,
                     config: dict, info: DistInfo, keep: int = 0, evaluated_iterations: int | None = None,
-                    final_evaluation_pending: bool = False, data: dict | None = None) -> Path:
+                    final_evaluation_pending: bool = False, data: dict | None = None,
+                    run_name: str | None = None) -> Path:
     """Collective: every rank must call it. Returns the final step folder. `evaluated_iterations`:
     how many of the reader's iterations have had their evaluation (a checkpoint written on an
     iteration's last batch, before its evaluation, leaves one pending); `final_evaluation_pending`:
     one written on the run's last step before its evaluation (a SIGTERM's). `data`: the training build's
     identity (arc_data.manifest.build_identity), kept in trainer.pt and model.pt so that resume and
-    predict.py recognise another build of the same size."""
+    predict.py recognise another build of the same size. `run_name`: the run's name as it started
+    (a default one holds its start time), kept so that resuming logs to the same W&B run."""
     run_dir = Path(run_dir)
     final = run_dir / f"step_{step}"
     tmp = run_dir / f".step_{step}.tmp"
@@ -87,7 +89,7 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         _write_atomic(tmp / "trainer.pt", {
             "format": FORMAT, "step": step, "world_size": info.world_size, "config": config,
             "scaling": model.scaling, "reader": reader_state, "evaluated_iterations": evaluated_iterations,
-            "final_evaluation_pending": final_evaluation_pending, "data": data,
+            "final_evaluation_pending": final_evaluation_pending, "data": data, "run_name": run_name,
             # the config keeps data_path as typed (often relative to where training ran); this one
             # finds the build from anywhere (predict.py)
             "data_path_resolved": str(Path(config["data_path"]).resolve()) if config.get("data_path") else None,
@@ -106,6 +108,21 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
                 shutil.rmtree(old)
     barrier(info)
     return final
+
+
+def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
+    """Remove the `.step_<N>.tmp/` folders (and `.latest.tmp`) that a run killed while saving left
+    behind, and return their names. Each is as big as a checkpoint, never read, and otherwise only
+    replaced if the run saves that same step again. Only for the process holding the run folder."""
+    run_dir = Path(run_dir)
+    removed = []
+    for leftover in sorted(run_dir.glob(".step_*.tmp")) + sorted(run_dir.glob(".latest.tmp")):
+        if leftover.is_dir():
+            shutil.rmtree(leftover)
+        else:
+            leftover.unlink()
+        removed.append(leftover.name)
+    return removed
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -127,6 +144,31 @@ def check_run_folder_usable(run_dir: str | Path) -> None:
         where = "is" if folder == Path(run_dir) else "has in its path"
         raise ValueError(f"the run folder {run_dir} {where} {folder}, which is not a folder; "
                          f"choose another checkpoint_path / run_name")
+
+
+def unwritable_run_folder(run_dir: str | Path, error: OSError) -> ValueError:
+    """The start-up refusal for a run folder this process cannot write into."""
+    where = f"{error.strerror}: {error.filename}" if error.filename else str(error)
+    return ValueError(f"cannot write into the run folder {run_dir} ({where}); its checkpoints and log go there: "
+                      f"make it writable, or choose another checkpoint_path / run_name")
+
+
+def check_run_folder_writable(run_dir: str | Path) -> None:
+    """Refuse, at start-up, a run folder that exists but cannot be written (read-only, on a
+    read-only mount, or with an unwritable log.jsonl / all_config.yaml): found at the first save,
+    it would stop the run with a traceback and lose every step since its start. The test writes
+    and removes a probe file, and opens the files a resumed run appends to or rewrites without
+    changing them. Rank 0, once it holds the folder (nobody else writes there)."""
+    run_dir = Path(run_dir)
+    probe = run_dir / f".write_probe.{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+        for name in ("log.jsonl", "all_config.yaml"):
+            if (run_dir / name).exists():
+                open(run_dir / name, "a").close()
+    except OSError as e:
+        raise unwritable_run_folder(run_dir, e) from None
 
 
 def same_name_elsewhere(run_dir: Path, shown: int = 3) -> str:
@@ -202,7 +244,7 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
                     check_config=None) -> dict:
     """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config",
     "evaluated_iterations" (None in checkpoints that predate it), "final_evaluation_pending" (False
-    in those)}. `check_config(saved_config, saved_data)` runs before anything is restored (the
+    in those), "run_name" (None in those)}. `check_config(saved_config, saved_data)` runs before anything is restored (the
     weights can be GBs) and may refuse the checkpoint; `saved_data` is the build identity (None in
     checkpoints that predate it).
 
@@ -242,4 +284,5 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
               f"from a fresh carry", flush=True)
     return {"step": trainer["step"], "reader": trainer["reader"], "carry": carry, "config": trainer["config"],
             "evaluated_iterations": trainer.get("evaluated_iterations"),
-            "final_evaluation_pending": trainer.get("final_evaluation_pending", False)}
+            "final_evaluation_pending": trainer.get("final_evaluation_pending", False),
+            "run_name": trainer.get("run_name")}

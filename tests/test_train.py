@@ -2,6 +2,7 @@
 exact resume after SIGKILL, and 2-process gloo training equal to 1-process training."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -254,6 +255,77 @@ def test_a_run_folder_blocked_by_a_file_is_refused_at_start_up(small_build, tmp_
                 progress=False)
 
 
+@contextlib.contextmanager
+def read_only(path: Path):
+    """`path` unwritable for this process: chmod for a user, the immutable flag for root (whom
+    permission bits do not stop); skips where neither is possible."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o555 if path.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("root, and no chattr +i here: cannot make a folder read-only")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused_at_start_up(small_build, tmp_path):
+    """A read-only run folder (or parent, or log.jsonl): a start-up refusal naming it (exit 2 in
+    pretrain.py), not a traceback at the first save after hours of steps; the folder stays usable."""
+    run = tmp_path / "run"
+    Trainer(micro_config(small_build, run, max_steps=1), CPU, progress=False).fit()
+    refused = f"cannot write into the run folder {run} .*make it writable, or choose another checkpoint_path"
+    for unwritable in (run, run / "log.jsonl"):
+        with read_only(unwritable):
+            with pytest.raises(ValueError, match=refused):
+                Trainer(micro_config(small_build, run, max_steps=2, resume="latest"), CPU, progress=False)
+    with read_only(tmp_path):
+        with pytest.raises(ValueError, match=f"cannot write into the run folder {tmp_path / 'new'}"):
+            Trainer(micro_config(small_build, tmp_path / "new", max_steps=1), CPU, progress=False)
+    assert not (tmp_path / "new").exists()
+    resumed = Trainer(micro_config(small_build, run, max_steps=2, resume="latest"), CPU, progress=False)
+    assert resumed.step == 1 and not list(run.glob(".write_probe*"))
+
+
+def test_a_run_resumed_without_run_name_keeps_the_name_it_started_with(small_build, tmp_path, monkeypatch):
+    """checkpoint_path= without run_name names a run `<arch>-<start time>`, its W&B id: a requeued
+    job resuming it keeps that name (one W&B run, not one per requeue); a branch gets its own."""
+    import hrm.train
+    first = Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False)
+    first.fit()
+    monkeypatch.setattr(hrm.train, "default_stamp", lambda info, sweep: "20990101-000000")
+    for resume in ("latest", str(tmp_path / "run")):
+        resumed = Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, resume=resume), CPU,
+                          progress=False)
+        assert resumed.run_name == first.run_name != "micro-20990101-000000"
+        resumed.fit()
+    branch = Trainer(micro_config(small_build, tmp_path / "branch", max_steps=2, resume=str(tmp_path / "run")),
+                     CPU, progress=False)
+    assert branch.run_name.endswith("-20990101-000000")
+
+
+def test_a_save_left_unfinished_by_a_kill_is_removed_when_the_run_continues(small_build, tmp_path, capsys):
+    """SIGKILL (or a second SIGTERM) during a save leaves `.step_<N>.tmp/`, as big as a checkpoint:
+    the resumed run ignores it as a checkpoint and removes it, saying so, even when it will never
+    save step N again (another checkpoint_interval)."""
+    run = tmp_path / "run"
+    Trainer(micro_config(small_build, run, max_steps=1), CPU, progress=False).fit()
+    (run / ".step_5.tmp").mkdir()
+    (run / ".step_5.tmp" / "rank_0.pt.tmp").write_bytes(b"cut short")
+    (run / ".latest.tmp").write_text("step_5")
+    capsys.readouterr()
+    resumed = Trainer(micro_config(small_build, run, max_steps=2, resume="latest"), CPU, progress=False)
+    assert resumed.step == 1
+    assert f"removed .step_5.tmp, .latest.tmp from {run}" in capsys.readouterr().out
+    assert sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")) == []
+
+
 def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
     from hrm.train_checkpoint import resolve_resume
     run = tmp_path / "run"
@@ -489,6 +561,28 @@ runpy.run_path(sys.argv[0], run_name="__main__")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "the run had already finished at step 3" in again.stdout and "starts afresh" in again.stdout
     assert sorted(p.name for p in runs.iterdir()) == [first.name, first.name.replace("lr=0.001", "lr=0.002")]
+
+
+def test_a_sigterm_repeated_at_once_counts_once_and_a_later_one_kills(tmp_path):
+    """A scheduler signalling every process of a job reaches a torchrun worker twice, directly and
+    through torchrun: that copy must not kill the save the first SIGTERM asked for. A SIGTERM sent
+    later still kills at once (a run that should not even save)."""
+    script = tmp_path / "twice.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from hrm.train import StopOnSigterm\n"
+        "with StopOnSigterm() as stop:\n"
+        "    stop.REPEAT_WINDOW_S = float(sys.argv[1])\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.2)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.2)\n"
+        "    print('still running, stop requested:', stop.requested)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    at_once = subprocess.run([sys.executable, str(script), "5"], env=env, capture_output=True, text=True)
+    assert at_once.returncode == 0 and "stop requested: True" in at_once.stdout, at_once.stderr
+    later = subprocess.run([sys.executable, str(script), "0.1"], env=env, capture_output=True, text=True)
+    assert later.returncode == -signal.SIGTERM and "still running" not in later.stdout
 
 
 def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, tmp_path):
