@@ -59,7 +59,8 @@ def launch(hydra_config: DictConfig) -> None:
     finished, agreed, trainer = False, False, None
     tag = sweep_tag()
     try:
-        if tag and config.resume == "latest" and (config.checkpoint_path or config.run_name):
+        if config.resume == "auto" or (tag and config.resume == "latest" and (config.checkpoint_path or
+                                                                              config.run_name)):
             config = fresh_if_nothing_to_resume(config, info, tag)
         try:
             trainer = Trainer(config, info, run_tag=tag)

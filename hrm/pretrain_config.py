@@ -74,6 +74,13 @@ class PretrainConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _auto_resume_names_its_run(self):
+        if self.resume == "auto" and not (self.run_name or self.checkpoint_path):
+            raise ValueError("resume=auto needs run_name or checkpoint_path: a default run name holds the "
+                             "time it started, so the same command run again would not find its run")
+        return self
+
+    @model_validator(mode="after")
     def _eval_interval_divides_epochs(self):
         if self.eval_interval is not None and self.epochs % self.eval_interval:
             raise ValueError(f"eval_interval={self.eval_interval} must divide epochs={self.epochs}")

@@ -222,19 +222,22 @@ def tell_problems(by_problem: dict[str, list[str]], total: int, noun: str, named
 
 
 def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> PretrainConfig:
-    """`resume=latest` over a sweep: a job whose run has no checkpoint (it diverged or was killed
-    before its first one, or never ran) starts afresh instead of stopping the sweep. Collective:
-    only when no rank finds one, since without a shared filesystem each node looks in its own
-    folder; when some do, the job resumes, and the Trainer's agreed start-up check names the ranks
-    that have nothing to resume from (a rank starting afresh beside resuming ones would train on)."""
+    """`resume=latest` over a sweep, or `resume=auto` (the same command to start a run and to
+    continue it, as a requeued job runs it): a run with no checkpoint (a job that diverged or was
+    killed before its first one, or never ran) starts afresh instead of being refused; one with a
+    checkpoint continues from its latest. Collective: only when no rank finds one, since without a
+    shared filesystem each node looks in its own folder; when some do, the run resumes, and the
+    Trainer's agreed start-up check names the ranks that have nothing to resume from (a rank
+    starting afresh beside resuming ones would train on)."""
     from hrm.distributed import gather_objects
     from hrm.train import run_names
     from hrm.train_checkpoint import list_checkpoints
     run_dir = run_names(config, info, tag)[2]
     if any(gather_objects(bool(list_checkpoints(run_dir)), info)):
-        return config
+        return config.model_copy(update={"resume": "latest"})
     if info.is_main:
-        print(f"pretrain.py: nothing to resume in {run_dir}: this job of the sweep starts afresh", flush=True)
+        print(f"pretrain.py: nothing to resume in {run_dir}: "
+              f"{'this job of the sweep' if tag else 'the run'} starts afresh", flush=True)
     return config.model_copy(update={"resume": None})
 
 

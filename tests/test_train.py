@@ -585,6 +585,23 @@ def test_a_sigterm_repeated_at_once_counts_once_and_a_later_one_kills(tmp_path):
     assert later.returncode == -signal.SIGTERM and "still running" not in later.stdout
 
 
+def test_resume_auto_starts_a_run_and_continues_it_with_the_same_command(small_build, tmp_path):
+    """A requeued job runs one command: resume=auto starts the named run when it has no checkpoint
+    and continues its latest when it has; without a run name it is refused (nothing to find)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    run = tmp_path / "run"
+    first = subprocess.run(pretrain_cmd(small_build, run, "max_steps=2", "resume=auto"), env=env,
+                           capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"nothing to resume in {run}: the run starts afresh" in first.stdout
+    again = subprocess.run(pretrain_cmd(small_build, run, "max_steps=4", "resume=auto"), env=env,
+                           capture_output=True, text=True)
+    assert again.returncode == 0 and f"resumed from {run / 'step_2'} at step 2" in again.stdout, again.stderr[-3000:]
+    assert sorted(losses_by_step(run)) == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="resume=auto needs run_name or checkpoint_path"):
+        micro_config(small_build, run, checkpoint_path=None, resume="auto")
+
+
 def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     no_explore = ["arch.halt_exploration_prob=0.0", "max_steps=4"]
