@@ -613,6 +613,8 @@ class Trainer:
                     self.final_evaluation_pending = self.step >= self.stop_step
                     saved = self.save() if saved_at != self.step or self.final_evaluation_pending \
                         else self.run_dir / f"step_{self.step}"
+                    if info.is_main:    # for scripts/run_status.py: a stopped run, not one still going
+                        self.log.log({"stopped": 1}, step=self.step)
                     raise TrainingStopped(self.step, saved, self.run_dir)
                 if self.step >= self.stop_step:
                     break

@@ -33,7 +33,8 @@ From the command line, the status of finished runs (folders written by pretrain.
 
 A run folder does not record the trainer's exit code: its `diverged.json` stands for exit code 3,
 and otherwise the exit is taken as clean, so a run that crashed or is still going is classified by
-the losses it has logged so far. There one more label applies:
+the losses it has logged so far (a run that a SIGTERM stopped, after pretrain.py saved the step it
+stopped at, has its line say so until a resume logs more). There one more label applies:
   too-short a run that would be stuck but has logged fewer steps than the window: its mean is
             mostly its first steps, which start above the floor in any run, so it says nothing yet.
             (A short run whose mean is already below the floor is trained: the early steps only
@@ -225,10 +226,13 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
     steps, logged = logged_steps(log, window)
     exit_code = EXIT_DIVERGED if (run_dir / "diverged.json").is_file() else 0
     evaluation = last_eval(log)
+    # the trainer logs {"stopped": 1} when a SIGTERM stops it; a resumed run logs steps after it
+    stop = next((r for r in reversed(log) if "stopped" in r or "train/lm_loss" in r), {})
     return {"run": str(run_dir), "status": classify_logged_run(losses, floor, exit_code, margin, window, steps, logged),
             "steps": steps, "final_loss": tail_mean(losses, logged), "min_loss": smoothed_min(losses, logged),
             "floor": floor, "eval_lm_loss": evaluation.get("lm_loss", math.nan),
-            "eval_pass_at_2": evaluation.get("pass@2", math.nan)}   # NaN: not logged (eval_pass_k)
+            "eval_pass_at_2": evaluation.get("pass@2", math.nan),   # NaN: not logged (eval_pass_k)
+            "stopped_at": stop["step"] if "stopped" in stop else None}
 
 
 def logged_steps(log: list[dict], window: int) -> tuple[int, int]:
@@ -281,7 +285,8 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['run']}: {r['status']}  steps {r['steps']}  final loss {r['final_loss']:.4f} "
               f"(mean of the last {min(args.window, r['steps'])})  min {r['min_loss']:.4f}  floor {r['floor']:.4f}  "
-              f"eval lm_loss {r['eval_lm_loss']:.4f}  eval pass@2 {r['eval_pass_at_2']:.4f}")
+              f"eval lm_loss {r['eval_lm_loss']:.4f}  eval pass@2 {r['eval_pass_at_2']:.4f}"
+              + (f"  (stopped by SIGTERM at step {r['stopped_at']}: resume it to finish)" if r["stopped_at"] else ""))
     return 0
 
 

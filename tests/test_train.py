@@ -493,9 +493,14 @@ def test_sigkill_or_sigterm_then_resume_reproduces_the_losses(small_build, tmp_p
     assert 3 <= step < 12, "SIGTERM came too late to test resume"
     assert stopped[2] == str(run / f"step_{step}") and stopped[3] == str(run) and "Traceback" not in err
     assert (run / "latest").read_text() == f"step_{step}"
+    from scripts import run_status      # says the run was stopped, until it is resumed
+    status = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_status.py"), str(run)], env=env,
+                            capture_output=True, text=True)
+    assert f"(stopped by SIGTERM at step {step}: resume it to finish)" in status.stdout, status.stderr
     subprocess.run(pretrain_cmd(small_build, run, "max_steps=12", f"resume={run}"), env=env, check=True,
                    capture_output=True)
     assert losses_by_step(run) == expected
+    assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] is None
 
 
 def sigterm_when(trainer: Trainer, method: str, condition) -> None:
