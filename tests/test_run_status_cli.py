@@ -25,6 +25,15 @@ def write_run(folder: Path, losses: list[float], data_path=None, diverged=False,
     return folder
 
 
+def test_a_run_stopped_by_sigterm_says_so_until_it_is_resumed(small_build, tmp_path, capsys):
+    stopped = write_run(tmp_path / "stopped", [1.0] * 4, small_build, evals=[{"step": 4, "stopped": 1}])
+    resumed = write_run(tmp_path / "resumed", [1.0] * 4, small_build,
+                        evals=[{"step": 4, "stopped": 1}, {"step": 5, "train/lm_loss": 1.0}])
+    assert main([str(stopped), str(resumed)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("(stopped by SIGTERM at step 4: resume it to finish)") and "stopped by" not in out[1]
+
+
 def test_each_run_is_classified_against_the_floor_of_its_build(small_build, tmp_path, capsys):
     floor = unigram_floor(small_build)[0]
     trained = write_run(tmp_path / "trained", [floor * 1.5] * 10 + [floor * 0.5] * 50, small_build)

@@ -494,9 +494,7 @@ def test_sigkill_or_sigterm_then_resume_reproduces_the_losses(small_build, tmp_p
     assert stopped[2] == str(run / f"step_{step}") and stopped[3] == str(run) and "Traceback" not in err
     assert (run / "latest").read_text() == f"step_{step}"
     from scripts import run_status      # says the run was stopped, until it is resumed
-    status = subprocess.run([sys.executable, str(ROOT / "scripts" / "run_status.py"), str(run)], env=env,
-                            capture_output=True, text=True)
-    assert f"(stopped by SIGTERM at step {step}: resume it to finish)" in status.stdout, status.stderr
+    assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] == step
     subprocess.run(pretrain_cmd(small_build, run, "max_steps=12", f"resume={run}"), env=env, check=True,
                    capture_output=True)
     assert losses_by_step(run) == expected
@@ -590,18 +588,20 @@ def test_a_sigterm_repeated_at_once_counts_once_and_a_later_one_kills(tmp_path):
     assert later.returncode == -signal.SIGTERM and "still running" not in later.stdout
 
 
-def test_resume_auto_starts_a_run_and_continues_it_with_the_same_command(small_build, tmp_path):
+def test_resume_auto_starts_a_run_and_continues_it_with_the_same_command(small_build, tmp_path, capsys):
     """A requeued job runs one command: resume=auto starts the named run when it has no checkpoint
-    and continues its latest when it has; without a run name it is refused (nothing to find)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", WANDB_MODE="disabled")
+    and continues its latest when it has (pretrain.py passes it through fresh_if_nothing_to_resume);
+    without a run name it is refused (nothing to find)."""
+    from hrm.sweep import fresh_if_nothing_to_resume
     run = tmp_path / "run"
-    first = subprocess.run(pretrain_cmd(small_build, run, "max_steps=2", "resume=auto"), env=env,
-                           capture_output=True, text=True)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert f"nothing to resume in {run}: the run starts afresh" in first.stdout
-    again = subprocess.run(pretrain_cmd(small_build, run, "max_steps=4", "resume=auto"), env=env,
-                           capture_output=True, text=True)
-    assert again.returncode == 0 and f"resumed from {run / 'step_2'} at step 2" in again.stdout, again.stderr[-3000:]
+    first = fresh_if_nothing_to_resume(micro_config(small_build, run, max_steps=2, resume="auto"), CPU, "")
+    assert first.resume is None and f"nothing to resume in {run}: the run starts afresh" in capsys.readouterr().out
+    Trainer(first, CPU, progress=False).fit()
+    again = fresh_if_nothing_to_resume(micro_config(small_build, run, max_steps=4, resume="auto"), CPU, "")
+    assert again.resume == "latest"
+    trainer = Trainer(again, CPU, progress=False)
+    assert trainer.step == 2
+    trainer.fit()
     assert sorted(losses_by_step(run)) == [1, 2, 3, 4]
     with pytest.raises(ValueError, match="resume=auto needs run_name or checkpoint_path"):
         micro_config(small_build, run, checkpoint_path=None, resume="auto")
