@@ -456,7 +456,7 @@ def pretrain_cmd(data: Path, run_dir: Path, *extra: str) -> list[str]:
             f"checkpoint_path={run_dir}", "eval_save_predictions=false", *extra]
 
 
-def test_sigkill_or_sigterm_then_resume_reproduces_the_losses(small_build, tmp_path):
+def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     straight = tmp_path / "straight"
     subprocess.run(pretrain_cmd(small_build, straight, "max_steps=12"), env=env, check=True, capture_output=True)
@@ -477,29 +477,6 @@ def test_sigkill_or_sigterm_then_resume_reproduces_the_losses(small_build, tmp_p
     resumed = losses_by_step(run)
     assert resumed == expected  # identical floats, step for step
 
-    # SIGTERM (a scheduler's time limit): the run saves the step it stops after, says so, exits 143
-    run = tmp_path / "terminated"
-    proc = subprocess.Popen(pretrain_cmd(small_build, run, "max_steps=12"), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and len(losses_by_step(run) if (run / "log.jsonl").is_file() else ()) < 3:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    stopped = re.search(r"pretrain.py: stopped by SIGTERM at step (\d+), saved as (\S+): continue with "
-                        r"resume=(\S+)\n", err)
-    assert proc.returncode == 143 and stopped, err[-3000:]
-    step = int(stopped[1])
-    assert 3 <= step < 12, "SIGTERM came too late to test resume"
-    assert stopped[2] == str(run / f"step_{step}") and stopped[3] == str(run) and "Traceback" not in err
-    assert (run / "latest").read_text() == f"step_{step}"
-    from scripts import run_status      # says the run was stopped, until it is resumed
-    assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] == step
-    subprocess.run(pretrain_cmd(small_build, run, "max_steps=12", f"resume={run}"), env=env, check=True,
-                   capture_output=True)
-    assert losses_by_step(run) == expected
-    assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] is None
-
 
 def sigterm_when(trainer: Trainer, method: str, condition) -> None:
     """Make `trainer.<method>` send this process SIGTERM (to fit's handler) when `condition(trainer)` holds."""
@@ -510,6 +487,27 @@ def sigterm_when(trainer: Trainer, method: str, condition) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
         return original(*args)
     setattr(trainer, method, patched)
+
+
+def test_sigterm_mid_run_saves_that_step_and_resume_reproduces_the_losses(small_build, tmp_path):
+    """A scheduler's SIGTERM during step 5 of 8: step 5 is saved, the run stops (run_status.py says
+    so), and the resumed run's losses equal the uninterrupted run's, step for step. (pretrain.py's
+    line and exit 143: test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_saved.)"""
+    from scripts import run_status
+    settings = dict(max_steps=8, eval_save_predictions=False)
+    Trainer(micro_config(small_build, tmp_path / "straight", **settings), CPU, progress=False).fit()
+    run = tmp_path / "run"
+    stopping = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    sigterm_when(stopping, "train_step", lambda t: t.step == 4)      # the step that makes step 5
+    with pytest.raises(TrainingStopped, match=f"stopped by SIGTERM at step 5, saved as {run / 'step_5'}: "
+                                              f"continue with resume={run}"):
+        stopping.fit()
+    assert (run / "latest").read_text() == "step_5" and eval_records(run) == []
+    assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] == 5
+    Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    assert losses_by_step(run) == losses_by_step(tmp_path / "straight")     # identical floats
+    assert eval_records(run) == eval_records(tmp_path / "straight")
+    assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] is None
 
 
 def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it(small_build, tmp_path):
