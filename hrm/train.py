@@ -442,10 +442,9 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
         keys = sorted(metrics)
-        # a SIGTERM on any rank stops every rank after this step (torch.full: a fill, not a host copy)
-        stop = torch.full((), float(self.sigterm is not None and self.sigterm.requested), dtype=torch.float64,
-                          device=loss.device)
-        reduced = torch.stack([loss.detach().double()] + [metrics[k].double() for k in keys] + [stop])
+        # a SIGTERM on any rank stops every rank after this step
+        reduced = torch.stack([loss.detach().double()] + [metrics[k].double() for k in keys]
+                              + [self._sigterm_flag(loss.device)])
         values = all_reduce_sum_(reduced, info).tolist()  # the step's host sync (sign-SGD's unique adds one
                                                           # more, after the queue has drained)
         self.stop_agreed = values.pop() > 0
@@ -631,6 +630,10 @@ class Trainer:
 
     def sigterm_on_any_rank(self) -> bool:
         """Whether fit's SIGTERM handler was called on some rank (collective)."""
-        requested = float(self.sigterm is not None and self.sigterm.requested)
-        return all_reduce_sum_(torch.full((), requested, dtype=torch.float64, device=self.info.device),
-                               self.info).item() > 0
+        return all_reduce_sum_(self._sigterm_flag(self.info.device), self.info).item() > 0
+
+    def _sigterm_flag(self, device: torch.device) -> torch.Tensor:
+        """1.0 when fit's SIGTERM handler was called on this rank, else 0.0, as a float64 scalar on
+        `device` for summing over ranks (torch.full: a fill, not a host-to-device copy)."""
+        return torch.full((), float(self.sigterm is not None and self.sigterm.requested), dtype=torch.float64,
+                          device=device)

@@ -64,12 +64,11 @@ from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small
                                       remove_unless_training, run_logged,
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
-from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, FINISHED, classify_run,  # noqa: E402
-                                smoothed_min, unigram_floor)
+from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_STOPPED, FINISHED,  # noqa: E402
+                                classify_run, smoothed_min, unigram_floor)
 
 DEFAULT_P = [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60]
 EXIT_BAD_GRID = 2   # a grid that cannot run as given (cells sharing a folder, a config pretrain.py refuses)
-EXIT_STOPPED = 143   # pretrain.py stopped by SIGTERM, the step it stopped at saved: a rerun continues the cell
 CSV_COLUMNS = ["p", "seed", "lr", "loops", "status", "final_loss", "min_loss", "steps", "floor",
                "alpha", "beta", "eval_lm_loss", "exit_code", "seconds"]
 # The committed CPU run: 4 exponents x 2 seeds x 2 learning rates of hrm_tiny on 16 ARC-AGI-1 tasks,
@@ -222,9 +221,12 @@ def interrupted_run(cell_dir: Path, signature: str, digest: str) -> bool:
         record = json.loads(started.read_text())
     except (OSError, ValueError):
         return False
-    latest = cell_dir / "run" / "latest"     # written once a checkpoint is complete
-    return (record.get("signature") == signature and record.get("digest") == digest and latest.is_file()
-            and (cell_dir / "run" / latest.read_text().strip()).is_dir())
+    if record.get("signature") != signature or record.get("digest") != digest:
+        return False
+    try:
+        return latest_checkpoint(cell_dir / "run").is_dir()     # `latest` is written once a save is complete
+    except ExperimentError:     # no `latest`: no checkpoint
+        return False
 
 
 def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | None = None) -> dict:
