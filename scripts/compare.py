@@ -45,7 +45,7 @@ from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, chec
 # the "final" training losses average the steps run_status.py averages to classify a run: single
 # batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model
 from scripts.run_status import (DEFAULT_WINDOW as FINAL_WINDOW, EXIT_DIVERGED, STUCK,    # noqa: E402
-                                classify_run, unigram_floor)
+                                classify_run, logged_steps, unigram_floor)
 from arc_data.manifest import read_manifest  # noqa: E402
 
 
@@ -237,6 +237,7 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
         raise ExperimentError(f"{run_dir}: no vote.json (train, predict and vote this arm first)")
     log = read_run_log(run_dir)
     lm, total = train_curve(log, "train/lm_loss"), train_curve(log, "train/loss")
+    steps, in_window = logged_steps(log, FINAL_WINDOW)   # optimizer steps, also with --set log_interval=k
     first = next((r for r in log if "scaling/L/alpha" in r), {})
     evaluation = last_eval(log)
     vote = None if diverged_at is not None else json.loads((run_dir / "vote.json").read_text())
@@ -245,10 +246,10 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
         "command": logged_command(run_dir / "train.log") or shell_line(recipe.train_cmd(arm)),
         "alpha": first.get("scaling/L/alpha"), "beta": first.get("scaling/L/beta"),
         "num_params": first.get("num_params"),
-        "steps": len(lm),
+        "steps": steps,
         "diverged_at": diverged_at,
-        "final_train_lm_loss": tail_mean(lm, FINAL_WINDOW),
-        "final_train_loss": tail_mean(total, FINAL_WINDOW),
+        "final_train_lm_loss": tail_mean(lm, in_window),
+        "final_train_loss": tail_mean(total, in_window),
         "min_train_lm_loss": min(lm) if lm else math.nan,
         "eval_exact_accuracy": evaluation.get("exact_accuracy"),
         "eval_token_accuracy": evaluation.get("accuracy"),
@@ -263,9 +264,9 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
 def arm_outcome(run_dir: Path, floor: float) -> str:
     """trained / stuck / diverged, by the rule of the p-sweep and run_status.py: the final train LM
     loss (mean of the last FINAL_WINDOW steps) against the build's unigram floor."""
-    losses = train_curve(read_run_log(run_dir), "train/lm_loss")
+    log = read_run_log(run_dir)
     exit_code = EXIT_DIVERGED if divergence_step(run_dir) is not None else 0
-    return classify_run(losses, floor, exit_code, window=FINAL_WINDOW)
+    return classify_run(train_curve(log, "train/lm_loss"), floor, exit_code, window=logged_steps(log, FINAL_WINDOW)[1])
 
 
 # ----------------------------------------------------------------------------------- reporting

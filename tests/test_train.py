@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import MICRO_ARCH, ROOT
+from conftest import MICRO_ARCH, ROOT, together
 from hrm.distributed import DistInfo
 from hrm.pretrain_config import PretrainConfig
 from hrm.train import Trainer, TrainingDiverged, TrainingStopped, lr_at
@@ -115,26 +115,29 @@ def test_a_preset_copied_without_renaming_it_is_noted(tmp_path, capsys):
     assert said[1:] == ["", ""]
 
 
-def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"data_path={small_build}", "lr=-1",
-                          f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
-    assert run.returncode == 2 and "lr:" in run.stderr and "greater than or equal to 0" in run.stderr
-    assert not (tmp_path / "run").exists()
-    # with Hydra's flags and hydra.* overrides too, as Hydra composes them (Hydra alone exits 1)
-    cases = (("arch.hidden_sz=3", "no such key: 'arch.hidden_sz'. Did you mean arch.hidden_size?"),
-             ("arch=hrm_huge", "hrm_huge"), ("lr", "lr"),
-             ("device=cuda" if not torch.cuda.is_available() else "device=tpu", "device"),
-             ("-m lr=1e-3,1e-2 arch.hidden_sz=3", "hidden_sz"), ("--config-name cfg_pretrian", "cfg_pretrian"),
-             ("hydra.job.chdir=false arch=hrm_huge", "hrm_huge"), ("--config-dir nowhere", "nowhere"))
-
+def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path, capsys):
     def cli(bad: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, str(ROOT / "pretrain.py"), *bad.split(), f"data_path={small_build}",
                                f"checkpoint_path={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True)
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(2) as pool:     # each is mostly interpreter start-up: two at a time
-        runs = list(pool.map(cli, [bad for bad, _ in cases]))
-    for (bad, named), run in zip(cases, runs):
-        assert run.returncode == 2 and named in run.stderr and "Traceback" not in run.stderr, (bad, run.stderr)
+    bad_lr, bad_device = together(lambda: cli("lr=-1"),
+                                  lambda: cli("device=cuda" if not torch.cuda.is_available() else "device=tpu"))
+    assert bad_lr.returncode == 2 and "lr:" in bad_lr.stderr and "greater than or equal to 0" in bad_lr.stderr
+    assert bad_device.returncode == 2 and "device" in bad_device.stderr and "Traceback" not in bad_device.stderr
+    assert not (tmp_path / "run").exists()
+    # with Hydra's flags and hydra.* overrides too, as Hydra composes them (Hydra alone exits 1):
+    # pretrain.py checks them before Hydra runs (check_overrides), here in this process
+    import pretrain
+    cases = (("arch.hidden_sz=3", "no such key: 'arch.hidden_sz'. Did you mean arch.hidden_size?"),
+             ("arch=hrm_huge", "hrm_huge"), ("lr", "lr"),
+             ("-m lr=1e-3,1e-2 arch.hidden_sz=3", "hidden_sz"), ("--config-name cfg_pretrian", "cfg_pretrian"),
+             ("hydra.job.chdir=false arch=hrm_huge", "hrm_huge"), ("--config-dir nowhere", "nowhere"))
+    for bad, named in cases:
+        with pytest.raises(SystemExit) as stopped:
+            pretrain.check_overrides([*bad.split(), f"data_path={small_build}", f"checkpoint_path={tmp_path / 'run'}"])
+        said = capsys.readouterr().err
+        assert stopped.value.code == 2 and said.startswith("pretrain.py: invalid config: ") and named in said, \
+            (bad, said)
+    pretrain.check_overrides([f"data_path={small_build}", "arch=hrm_tiny", "-m", "lr=1e-3,1e-2"])   # good: passes
     assert not (tmp_path / "run").exists()
 
 
@@ -458,19 +461,20 @@ def pretrain_cmd(data: Path, run_dir: Path, *extra: str) -> list[str]:
 
 def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    straight = tmp_path / "straight"
-    subprocess.run(pretrain_cmd(small_build, straight, "max_steps=12"), env=env, check=True, capture_output=True)
+    straight, run = tmp_path / "straight", tmp_path / "killed"
+
+    def killed_after_step_6():
+        proc = subprocess.Popen(pretrain_cmd(small_build, run, "max_steps=12", "checkpoint_interval=3"), env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while time.time() < deadline and not (run / "step_6").is_dir():
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    together(lambda: subprocess.run(pretrain_cmd(small_build, straight, "max_steps=12"), env=env, check=True,
+                                    capture_output=True), killed_after_step_6)
     expected = losses_by_step(straight)
     assert sorted(expected) == list(range(1, 13))
-
-    run = tmp_path / "killed"
-    proc = subprocess.Popen(pretrain_cmd(small_build, run, "max_steps=12", "checkpoint_interval=3"), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (run / "step_6").is_dir():
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
     assert (run / "step_6").is_dir() and not (run / "step_12").exists(), "kill came too late to test resume"
     subprocess.run(pretrain_cmd(small_build, run, "max_steps=12", "checkpoint_interval=3", "resume=latest"),
                    env=env, check=True, capture_output=True)
@@ -608,9 +612,10 @@ def test_resume_auto_starts_a_run_and_continues_it_with_the_same_command(small_b
 def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     no_explore = ["arch.halt_exploration_prob=0.0", "max_steps=4"]
-    one = tmp_path / "one"
-    subprocess.run(pretrain_cmd(small_build, one, *no_explore), env=env, check=True, capture_output=True)
-    two = tmp_path / "two"
+    one, accum, two = tmp_path / "one", tmp_path / "accum", tmp_path / "two"
+    together(*[lambda cmd=cmd: subprocess.run(cmd, env=env, check=True, capture_output=True) for cmd in
+               (pretrain_cmd(small_build, one, *no_explore),
+                pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2"))])
     worker = ROOT / "tests" / "dist_worker.py"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
            str(worker), str(two)] + pretrain_cmd(small_build, two, *no_explore)[3:]
@@ -640,9 +645,6 @@ def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, 
     # Gradient accumulation: one process, two micro-batches of 4 rows, each with its slice of the
     # carry, is the two-rank run (same rows per micro-batch as per rank, gradients of two terms
     # added, puzzle rows gathered in the same order): the same weights and losses, bit for bit.
-    accum = tmp_path / "accum"
-    subprocess.run(pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2"), env=env, check=True,
-                   capture_output=True)
     accumulated = torch.load(accum / "step_4" / "model.pt", weights_only=True)["state"]
     for key in rank0:
         assert torch.equal(accumulated[key], rank0[key]), key
@@ -922,17 +924,20 @@ def test_a_start_refused_under_two_ranks_is_said_once_and_every_rank_exits_2(sma
     in a collective, and the message names the rank."""
     env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
     empty = tmp_path / "empty"
-    ranks = run_ranks(pretrain_cmd(small_build, empty, "resume=latest"), tmp_path, env, port=29525)
+    (tmp_path / "run1" / "step_1").mkdir(parents=True)
+    (tmp_path / "run1" / "step_1" / "trainer.pt").write_bytes(b"")
+    everywhere, on_one = together(
+        lambda: run_ranks(pretrain_cmd(small_build, empty, "resume=latest"), tmp_path, env, port=29525),
+        lambda: run_ranks(pretrain_cmd(small_build, tmp_path / "run${oc.env:RANK}", "max_steps=1"), tmp_path, env,
+                          port=29527))
+    ranks = everywhere
     stderr = "".join(r.stderr for r in ranks)
     assert [r.returncode for r in ranks] == [2, 2], stderr[-3000:]
     assert stderr.count("error: resume=latest") == 1, stderr[-3000:]
     assert f"pretrain.py: error: resume=latest: no checkpoint under {empty}\n" in ranks[0].stderr
     assert "Traceback" not in stderr
 
-    (tmp_path / "run1" / "step_1").mkdir(parents=True)
-    (tmp_path / "run1" / "step_1" / "trainer.pt").write_bytes(b"")
-    ranks = run_ranks(pretrain_cmd(small_build, tmp_path / "run${oc.env:RANK}", "max_steps=1"), tmp_path, env,
-                      port=29527)
+    ranks = on_one
     stderr = "".join(r.stderr for r in ranks)
     assert [r.returncode for r in ranks] == [2, 2], stderr[-3000:]
     assert stderr.count("already holds checkpoints") == 1, stderr[-3000:]
@@ -1222,37 +1227,42 @@ def test_the_sweep_check_resolves_hydra_interpolations_as_the_jobs_will(small_bu
     (configs / "numbered.yaml").write_text("defaults:\n  - cfg_pretrain\n  - _self_\n"
                                            "checkpoint_path: runs/job${hydra:job.num}\n")
     env = dict(os.environ, WANDB_MODE="disabled")
-    for extra in (["--config-dir", str(configs), "--config-name", "numbered"],
-                  ["checkpoint_path=runs/cli${hydra:job.num}"]):
-        run = subprocess.run([a for a in sweep_cmd(small_build, *extra, "lr=1e-3,-1") if a != "project_name=sweep"],
-                             cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    for run in together(*[lambda extra=extra: subprocess.run(
+            [a for a in sweep_cmd(small_build, *extra, "lr=1e-3,-1") if a != "project_name=sweep"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+            for extra in (["--config-dir", str(configs), "--config-name", "numbered"],
+                          ["checkpoint_path=runs/cli${hydra:job.num}"])]):
         assert run.returncode == 2, run.stderr[-3000:]
         assert "invalid sweep: 1 of its 2 jobs cannot run" in run.stderr and "job #1 (lr=-1)" in run.stderr
         assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
 
 
-def test_config_dir_comes_after_the_projects_configs_as_in_hydra(small_build, tmp_path):
+def test_config_dir_comes_after_the_projects_configs_as_in_hydra(small_build, tmp_path, capsys):
     """A --config-dir holding its own cfg_pretrain.yaml does not shadow the project's (Hydra's order):
     a key only that copy has is unknown, exit 2 from the check, not a pass then Hydra's exit 1."""
     configs = tmp_path / "cfgs"
     configs.mkdir()
     (configs / "cfg_pretrain.yaml").write_text((ROOT / "configs" / "cfg_pretrain.yaml").read_text()
                                                + "my_extra_key: 1\n")
-    run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), "--config-dir", str(configs), "my_extra_key=2",
-                          f"data_path={small_build}"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "no such key: 'my_extra_key'" in run.stderr, run.stderr[-3000:]
+    import pretrain
+    with pytest.raises(SystemExit) as stopped:
+        pretrain.check_overrides(["--config-dir", str(configs), "my_extra_key=2", f"data_path={small_build}"])
+    said = capsys.readouterr().err
+    assert stopped.value.code == 2 and "no such key: 'my_extra_key'" in said, said
 
 
 def test_a_bad_config_under_torchrun_is_reported_once(small_build, tmp_path):
     """Every rank checks the same config; one of them says what is wrong."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29521",
            str(ROOT / "pretrain.py"), f"data_path={small_build}", "lr=-1", "arch=hrm_tiny"]
-    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1"))
+    bad_lr, bad_split = together(*[lambda c=c: subprocess.run(
+        c, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1"))
+        for c in (cmd, [a.replace("lr=-1", "global_batch_size=9").replace("29521", "29537") for a in cmd])])
+    run = bad_lr
     assert run.returncode != 0 and run.stderr.count("lr: Input should be greater than or equal to 0") == 1, \
         run.stderr[-3000:]
-    run = subprocess.run([a.replace("lr=-1", "global_batch_size=9") for a in cmd], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300, env=dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1"))
+    run = bad_split
     assert run.returncode != 0 and run.stderr.count("global_batch_size=9 is not divisible by the world size 2") == 1, \
         run.stderr[-3000:]
 
@@ -1284,23 +1294,24 @@ def test_a_sweep_checks_every_job_before_the_first_starts(small_build, tmp_path)
     """A bad value in a later job of a sweep stops it before its first job trains (exit 2), with
     every bad job named once per mistake; nothing is written."""
     env = dict(os.environ, WANDB_MODE="disabled", WORLD_SIZE="1")
-    run = subprocess.run(sweep_cmd(small_build, "lr=1e-3,-1", "arch.scaling.p=0.3,1e"), cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120, env=env)
+    # a mistake every job shares is told once; a swept key that does not exist is named; the world
+    # size counts: 8 rows do not split over 3 ranks
+    bad_value, bad_key, bad_split = together(*[lambda cmd=cmd, ws=ws: subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=dict(env, WORLD_SIZE=ws)) for cmd, ws in (
+        (sweep_cmd(small_build, "lr=1e-3,-1", "arch.scaling.p=0.3,1e"), "1"),
+        (sweep_cmd(small_build, "arch.scaling.pp=0.3,0.5", "lr=-2"), "1"),
+        ([a.replace("global_batch_size=8", "global_batch_size=9,8") for a in sweep_cmd(small_build)], "3"))])
+    run = bad_value
     assert run.returncode == 2, run.stderr[-3000:]
     err = run.stderr
     assert "invalid sweep: 3 of its 4 jobs cannot run; none was started" in err and "Traceback" not in err
     assert "job #1 (lr=0.001 arch.scaling.p=1e):\n  invalid config:\n    arch.scaling.p: Input should be a valid number" in err
     assert "job #2 (lr=-1 arch.scaling.p=0.3):\n  invalid config:\n    lr: Input should be greater than or equal to 0" in err
     assert "job #3 (lr=-1 arch.scaling.p=1e):" in err and "job #0" not in err
-    assert os.listdir(tmp_path) == []
-    # a mistake every job shares is told once; a swept key that does not exist is named
-    run = subprocess.run(sweep_cmd(small_build, "arch.scaling.pp=0.3,0.5", "lr=-2"), cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120, env=env)
+    run = bad_key
     assert run.returncode == 2 and "no such key: 'arch.scaling.pp'. Did you mean arch.scaling.p" in run.stderr, \
         run.stderr[-3000:]
-    # the world size counts: 8 rows do not split over 3 ranks
-    cmd = [a.replace("global_batch_size=8", "global_batch_size=9,8") for a in sweep_cmd(small_build)]
-    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=dict(env, WORLD_SIZE="3"))
+    run = bad_split
     assert run.returncode == 2, run.stderr[-3000:]
     assert ("invalid sweep: 1 of its 2 jobs cannot run; none was started\njob #1 (global_batch_size=8):\n"
             "  global_batch_size=8 is not divisible by the world size 3") in run.stderr
@@ -1313,12 +1324,15 @@ def test_a_fresh_sweep_over_runs_that_hold_checkpoints_stops_before_its_first_jo
     trained in full. The check names it before any job starts (exit 2), and job #0 writes nothing;
     with checkpoint_path the job's folder is <checkpoint_path>/<swept values>."""
     env = dict(os.environ, WANDB_MODE="disabled", WORLD_SIZE="1")
-    for fixed, held in (("run_name=sw", tmp_path / "checkpoints" / "sweep" / "sw-arch.scaling.p=0.5"),
-                        (f"checkpoint_path={tmp_path / 'cp'}", tmp_path / "cp" / "arch.scaling.p=0.5")):
+    cases = (("run_name=sw", tmp_path / "checkpoints" / "sweep" / "sw-arch.scaling.p=0.5"),
+             (f"checkpoint_path={tmp_path / 'cp'}", tmp_path / "cp" / "arch.scaling.p=0.5"))
+    for _, held in cases:
         (held / "step_1").mkdir(parents=True)
         (held / "step_1" / "trainer.pt").write_bytes(b"")
-        run = subprocess.run(sweep_cmd(small_build, fixed, "arch.scaling.p=0.3,0.5"), cwd=tmp_path,
-                             capture_output=True, text=True, timeout=120, env=env)
+    runs = together(*[lambda fixed=fixed: subprocess.run(sweep_cmd(small_build, fixed, "arch.scaling.p=0.3,0.5"),
+                                                         cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                                                         env=env) for fixed, _ in cases])
+    for (fixed, held), run in zip(cases, runs):
         assert run.returncode == 2, run.stderr[-3000:]
         assert "invalid sweep: 1 of its 2 jobs cannot run; none was started" in run.stderr, run.stderr[-3000:]
         assert (f"job #1 (arch.scaling.p=0.5):\n  {held.relative_to(tmp_path) if fixed[0] == 'r' else held} "
