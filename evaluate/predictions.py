@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,7 +69,8 @@ def resolve_predictions(spec: str | None, checkpoints: Path = Path("checkpoints"
         return _folder(path, spec)
     if path.is_file():
         return PredictionSet([path], read_info(path.parent), spec)
-    files = sorted(Path(p) for p in glob.glob(spec) if Path(p).is_file())
+    # a folder's info.json describes its rank files; `step_N/*` means those files, so it is skipped
+    files = sorted(Path(p) for p in glob.glob(spec) if Path(p).is_file() and Path(p).name != "info.json")
     if not files:
         raise EvaluationInputError(f"--predictions {spec}: no such file, folder, or matching files")
     parents = {f.parent for f in files}
@@ -131,9 +133,14 @@ class PredictionFile:
     def read(self, key: str, start: int = 0, stop: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """Rows ``start:stop`` of an array in its contract dtype (into ``out`` when given)."""
         array, target = self.arrays[key], np.dtype(ARRAYS[key])
-        if array.dtype == target:
-            return array.read(start, stop, out)
-        value = array.read(start, stop)
+        try:
+            if array.dtype == target:
+                return array.read(start, stop, out)
+            value = array.read(start, stop)
+        except (EOFError, OSError, zlib.error) as e:
+            # a damaged file (a compressed member that does not inflate, a member cut short) is
+            # named like every other refusal, not a traceback
+            raise EvaluationInputError(f"{self.path}: array {key!r} cannot be read ({e})") from None
         # e.g. int64 argmax tokens: accepted when every value fits the contract dtype
         if target.kind in "iu" and value.size:
             info = np.iinfo(target)

@@ -61,6 +61,25 @@ def test_missing_array_and_bad_shape_name_the_file(build, tmp_path):
         voted(build, bad)
 
 
+def test_a_damaged_compressed_member_names_the_file(build, tmp_path):
+    import zipfile
+    p = Predictions(build, TASKS)
+    for _ in range(50):
+        p.add("task_one", 0, truth("task_one"))
+    arrays = p.arrays()
+    arrays["preds"] = np.random.RandomState(0).randint(0, 12, arrays["preds"].shape).astype(np.uint8)
+    path = tmp_path / "damaged.npz"
+    np.savez_compressed(path, **arrays)
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        member = z.getinfo("preds.npy")
+    start = member.header_offset + 30 + len(member.filename) + 600
+    raw[start:start + 200] = bytes(b ^ 0x5A for b in raw[start:start + 200])
+    path.write_bytes(bytes(raw))
+    with pytest.raises(EvaluationInputError, match=r"damaged.npz: array 'preds' cannot be read"):
+        voted(build, path)
+
+
 def test_int64_predictions_are_accepted(build, tmp_path):
     p = Predictions(build, TASKS).add("task_one", 0, truth("task_one"))
     path = p.save(tmp_path / "p.npz", preds=p.arrays()["preds"].astype(np.int64),
@@ -102,6 +121,15 @@ def test_an_unfinished_hidden_rank_file_is_not_voted(build, tmp_path):
     # what a write killed before its rename leaves behind (hrm/evaluation.py writes .rank_<r>.tmp.npz)
     Predictions(build, TASKS).add("task_one", 0, truth("task_one"), count=5).save(folder / ".rank_1.tmp.npz")
     assert resolve_predictions(str(folder)).files == [folder / "rank_0.npz"]
+
+
+def test_a_glob_over_a_predictions_folder_takes_its_rank_files_and_reads_its_info(build, tmp_path):
+    folder = tmp_path / "step_3"
+    Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(folder / "rank_0.npz")
+    (folder / "info.json").write_text(json.dumps({"data_path": str(build), "step": 3, "world_size": 1,
+                                                  "checkpoint": None}))
+    found = resolve_predictions(str(folder / "*"))
+    assert found.files == [folder / "rank_0.npz"] and found.info["step"] == 3
 
 
 def test_a_task_with_two_equal_test_inputs_is_refused_by_name(tmp_path):
