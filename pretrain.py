@@ -2,9 +2,11 @@
 
   python pretrain.py arch=hrm_tiny data_path=data/arc-aug-16 epochs=400 eval_interval=100   # one process
   torchrun --nproc-per-node 8 pretrain.py arch=hrm_deeploop                                  # 8 GPUs
-  python pretrain.py ... resume=latest run_name=my-run                                       # continue a run
+  python pretrain.py resume=checkpoints/<project>/<run> [max_steps=N ...]                    # continue a run
 
 Config: configs/cfg_pretrain.yaml and configs/arch/*.yaml; any field can be overridden as key=value.
+A resumed run keeps the settings saved in its checkpoint except those the command line gives, and
+the machine's (hrm/resume_settings.py).
 Exit codes: 0 done, 2 bad config, 3 diverged (non-finite loss or gradient), 130 interrupted (Ctrl-C),
 143 stopped by SIGTERM (a scheduler's time limit or preemption) after saving the step it stopped at.
 
@@ -38,15 +40,23 @@ diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit statu
 
 @hydra.main(config_path="configs", config_name="cfg_pretrain", version_base=None)
 def launch(hydra_config: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hrm.resume_settings import resume_with_saved_settings
+    # resume: what the command line does not set comes from the checkpoint, not the config files
+    settings, note = resume_with_saved_settings(OmegaConf.to_container(hydra_config, resolve=True),
+                                                list(HydraConfig.get().overrides.task), sweep_tag())
     try:
-        config = PretrainConfig(**OmegaConf.to_container(hydra_config, resolve=True))
+        config = PretrainConfig(**settings)
     except ValidationError as e:
         exit_bad_config(format_validation_error(e))
     try:    # here, said once, rather than by every rank's Trainer
         config.check_world_size(int(os.environ.get("WORLD_SIZE", "1")))
     except ValueError as e:
         exit_bad_config(f"error: {e}")
-    note_a_preset_named_otherwise(config.arch.name)
+    if note:
+        say_once_per_node(note)
+    if config.arch.name == OmegaConf.select(hydra_config, "arch.name"):   # not the checkpoint's
+        note_a_preset_named_otherwise(config.arch.name)
 
     from hrm.distributed import AgreedOnEveryRank, init_distributed, shutdown
     from hrm.train import Trainer, TrainingDiverged, TrainingStopped

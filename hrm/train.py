@@ -150,14 +150,22 @@ def run_names(config: PretrainConfig, info: DistInfo, tag: str = "") -> tuple[st
     """(project, run, run folder). The default run name is `<arch>-<time stamp>` (rank 0's clock).
     `tag` tells apart the runs of one sweep (pretrain.py's multirun: the swept values): it ends the
     run name (`<run>-<tag>`), and a given checkpoint_path gets it as a subfolder."""
-    project = config.project_name or f"{Path(config.data_path).name}-hrm"
     run = config.run_name or f"{config.arch.name}-{default_stamp(info, sweep=bool(tag))}"
-    if tag:
-        run = f"{run}-{tag}"
-    run_dir = Path(config.checkpoint_path) if config.checkpoint_path else Path("checkpoints") / project / run
-    if tag and config.checkpoint_path:
-        run_dir = run_dir / tag
-    return project, run, run_dir
+    return (project_of(config.project_name, config.data_path), run + (f"-{tag}" if tag else ""),
+            run_folder(config.project_name, run, config.checkpoint_path, config.data_path, tag))
+
+
+def project_of(project_name: str | None, data_path: str) -> str:
+    return project_name or f"{Path(data_path).name}-hrm"
+
+
+def run_folder(project_name: str | None, run_name: str, checkpoint_path: str | None, data_path: str,
+               tag: str = "") -> Path:
+    """checkpoint_path (a sweep job's: <checkpoint_path>/<tag>), else
+    checkpoints/<project_of(...)>/<run name>[-<tag>]."""
+    if checkpoint_path:
+        return Path(checkpoint_path) / tag if tag else Path(checkpoint_path)
+    return Path("checkpoints") / project_of(project_name, data_path) / (f"{run_name}-{tag}" if tag else run_name)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

@@ -1,0 +1,134 @@
+"""`pretrain.py resume=...` continues a run with the settings it was trained with.
+
+The checkpoint holds the run's resolved config. On resume, every setting the command line does not
+give comes from it rather than from the config files, so `python pretrain.py resume=<run folder>`
+continues that run as it was (its arch, build, batch, schedule), and `resume=<run> max_steps=N`
+changes only what it names. Exceptions, always from this start's config:
+- the settings that name this start (`resume`, `run_name`, `checkpoint_path`, `project_name`):
+  a branch from another run's checkpoint writes where its command line says;
+- the machine (`device`, `compile`, `compile_eval`): a CPU run continued on GPUs runs on them.
+
+The Trainer's own checks still refuse an architecture, build or batch order given on the command
+line that differs from the checkpoint's (hrm.train.check_same_arch, check_same_data).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+FROM_THIS_START = {"resume", "run_name", "checkpoint_path", "project_name", "device", "compile", "compile_eval"}
+_MISSING = object()
+
+
+def given_keys(task_overrides: list[str]) -> set[str]:
+    """The dotted keys a command line sets (Hydra's task overrides: `lr=1e-3`, `arch=hrm_tiny`,
+    `+x=1`, `~y`, a sweep job's swept values)."""
+    return {o.split("=", 1)[0].lstrip("+~") for o in task_overrides}
+
+
+def with_saved_settings(composed: dict, saved: dict, given: set[str]) -> tuple[dict, list[str]]:
+    """`composed` (this start's config, resolved) with every setting that is not in `given` (nor
+    under a given key: `arch=hrm_tiny` gives all of arch) nor in FROM_THIS_START taken from `saved`
+    (the checkpoint's). Also returns the dotted keys whose value this changed."""
+    changed: list[str] = []
+
+    def merge(now, before, key: str):
+        if key and (key.split(".")[0] in FROM_THIS_START
+                    or any(key == g or key.startswith(g + ".") for g in given)):
+            return now
+        if isinstance(now, dict) and isinstance(before, dict):
+            keys = list(now) + [k for k in before if k not in now]
+            return {k: merge(now.get(k, _MISSING), before.get(k, _MISSING), f"{key}.{k}" if key else k)
+                    for k in keys}
+        if before is _MISSING:                 # a setting newer than the checkpoint
+            return now
+        if before != now:
+            changed.append(key)
+        return before
+
+    merged = merge(composed, saved, "")
+    return {k: v for k, v in merged.items() if v is not _MISSING}, changed
+
+
+def known_settings(model, values: dict) -> dict:
+    """`values` without the settings `model` (a pydantic config class) does not have: those of a
+    checkpoint saved by a version that had a setting since removed."""
+    import typing
+
+    from pydantic import BaseModel
+    fields = {(f.alias or name): f for name, f in model.model_fields.items()}
+    out = {}
+    for key, value in values.items():
+        if key not in fields:
+            continue
+        annotation = fields[key].annotation
+        nested = [t for t in (annotation, *typing.get_args(annotation))
+                  if isinstance(t, type) and issubclass(t, BaseModel)]
+        out[key] = known_settings(nested[0], value) if nested and isinstance(value, dict) else value
+    return out
+
+
+def checkpoint_to_resume(config: dict, tag: str) -> Path | None:
+    """The checkpoint folder `resume` names in a composed config (as a dict), found as the Trainer
+    will find it; None when there is none to find (no resume; a default run name, whose time stamp
+    is only known once training starts; nothing there: the Trainer then says so)."""
+    from hrm.train import run_folder
+    from hrm.train_checkpoint import resolve_resume
+    resume = config.get("resume")
+    if not resume:
+        return None
+    named = bool(config.get("checkpoint_path") or config.get("run_name"))
+    run_dir = run_folder(config.get("project_name"), config.get("run_name"), config.get("checkpoint_path"),
+                         str(config.get("data_path")), tag) if named else None
+    try:
+        if resume == "auto":
+            return resolve_resume("latest", run_dir) if run_dir is not None else None
+        return resolve_resume(resume, run_dir, other_projects=False)
+    except (ValueError, FileNotFoundError, OSError):
+        return None
+
+
+def saved_config(checkpoint: Path) -> dict | None:
+    """The resolved config a checkpoint was saved with (trainer.pt, memory-mapped: its optimizer
+    state is not read), with its data_path made absolute when, as typed, it is not a build from
+    here; None when it cannot be read (the Trainer names the damage when it loads it)."""
+    import torch
+    try:
+        trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=True, mmap=True)
+        config = dict(trainer["config"])
+    except Exception:  # noqa: BLE001 -- any unreadable file: the Trainer's load reports it
+        return None
+    resolved = trainer.get("data_path_resolved")
+    typed = config.get("data_path")
+    if resolved and typed and not (Path(typed) / "train" / "dataset.json").is_file():
+        config["data_path"] = resolved
+    return config
+
+
+def resume_with_saved_settings(composed: dict, task_overrides: list[str], tag: str = "") -> tuple[dict, str | None]:
+    """pretrain.py's step: `composed` with the settings of the checkpoint it resumes (see the
+    module's docstring), and a note naming those that differ from the config files' (None when
+    nothing changed or nothing is resumed)."""
+    checkpoint = checkpoint_to_resume(composed, tag)
+    saved = saved_config(checkpoint) if checkpoint is not None else None
+    if saved is None:
+        return composed, None
+    from hrm.pretrain_config import PretrainConfig
+    merged, changed = with_saved_settings(composed, known_settings(PretrainConfig, saved), given_keys(task_overrides))
+    if not changed:
+        return merged, None
+    return merged, (f"resume: settings the command line does not give are the run's own, saved in {checkpoint}: "
+                    f"{describe(changed, merged)} (the config files say otherwise); give a setting on the command "
+                    f"line to change it")
+
+
+def describe(changed: list[str], merged: dict, shown: int = 8) -> str:
+    """`key=value` for each changed setting; another arch preset's fields as the run's `arch=<name>`."""
+    def value(key: str):
+        node = merged
+        for part in key.split("."):
+            node = node[part]
+        return node
+    if "arch.name" in changed:
+        changed = ["arch"] + [k for k in changed if not k.startswith("arch.")]
+    items = [f"arch={merged['arch']['name']}" if k == "arch" else f"{k}={value(k)}" for k in changed]
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")

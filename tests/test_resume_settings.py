@@ -1,0 +1,99 @@
+"""`pretrain.py resume=...` keeps the run's own settings (hrm/resume_settings.py): what the command
+line does not give comes from the checkpoint, except the settings that name this start and the
+machine's."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import yaml
+
+from conftest import ROOT
+from hrm.resume_settings import given_keys, known_settings, saved_config, with_saved_settings
+from hrm.train import Trainer
+from test_train import CPU, compose, losses_by_step, micro_config
+
+
+def test_given_keys_are_the_dotted_keys_of_the_overrides():
+    assert given_keys(["lr=1e-3", "arch=hrm_tiny", "+extra.key=1", "~wandb.entity", "arch.scaling.H.p=0.25",
+                       "eval_pass_k=[1,2]"]) == {"lr", "arch", "extra.key", "wandb.entity", "arch.scaling.H.p",
+                                                 "eval_pass_k"}
+
+
+def test_what_the_command_line_does_not_give_comes_from_the_checkpoint():
+    composed = {"arch": {"name": "hrm_v1", "hidden_size": 512, "scaling": {"rule": "none", "p": None}},
+                "data_path": "data/arc-aug-1000", "lr": 1e-4, "max_steps": None, "seed": 0,
+                "device": "auto", "compile": "auto", "run_name": None, "checkpoint_path": None,
+                "resume": "runs/a", "project_name": None, "new_setting": 7,
+                "wandb": {"mode": "auto", "entity": None}}
+    saved = {"arch": {"name": "hrm_tiny", "hidden_size": 64, "scaling": {"rule": "deeploop", "p": None,
+                                                                         "H": {"p": 0.25}}},
+             "data_path": "data/tiny", "lr": 3e-4, "max_steps": 300, "seed": 5, "device": "cpu",
+             "compile": False, "run_name": "a", "checkpoint_path": "runs/a", "resume": None,
+             "project_name": "p", "wandb": {"mode": "disabled", "entity": "me"}}
+    merged, changed = with_saved_settings(composed, saved, {"max_steps", "resume", "wandb.entity"})
+    assert merged == {
+        # the run's: its arch (with a key the preset lacks), build, schedule, seed, wandb mode
+        "arch": {"name": "hrm_tiny", "hidden_size": 64, "scaling": {"rule": "deeploop", "p": None, "H": {"p": 0.25}}},
+        "data_path": "data/tiny", "lr": 3e-4, "seed": 5, "wandb": {"mode": "disabled", "entity": None},
+        "max_steps": None,                                  # given (max_steps=null ends the run by epochs)
+        "device": "auto", "compile": "auto",                # this machine's
+        "run_name": None, "checkpoint_path": None, "resume": "runs/a", "project_name": None,   # this start's
+        "new_setting": 7}                                   # newer than the checkpoint
+    assert changed == ["arch.name", "arch.hidden_size", "arch.scaling.rule", "arch.scaling.H", "data_path", "lr", "seed",
+                       "wandb.mode"]
+    # a whole group given (arch=...) is this start's, and nothing is changed when all is given
+    merged, changed = with_saved_settings(composed, saved, {"arch", "data_path", "lr", "seed", "wandb", "max_steps"})
+    assert merged == composed and changed == []
+
+
+def test_settings_a_checkpoint_holds_that_this_version_does_not_have_are_left_out():
+    from hrm.pretrain_config import PretrainConfig
+    saved = {"lr": 1.0, "retired_setting": 3, "arch": {"name": "a", "old_arch_field": 1,
+                                                     "scaling": {"rule": "custom", "lambda": 2.0, "gone": 0,
+                                                                 "H": {"p": 0.25, "gone_too": 1}}},
+             "wandb": {"mode": "auto", "project": "x"}}
+    assert known_settings(PretrainConfig, saved) == {"lr": 1.0, "arch": {"name": "a", "scaling": {
+        "rule": "custom", "lambda": 2.0, "H": {"p": 0.25}}}, "wandb": {"mode": "auto"}}
+
+
+def test_a_relative_build_of_another_directory_is_found_by_its_resolved_path(small_build, tmp_path, monkeypatch):
+    step = tmp_path / "run" / "step_1"
+    step.mkdir(parents=True)
+    torch.save({"config": {"data_path": "data/elsewhere", "lr": 1.0}, "data_path_resolved": str(small_build),
+                "optimizers": {"dense": {"state": {0: torch.zeros(3)}}}}, step / "trainer.pt")
+    assert saved_config(step) == {"data_path": str(small_build), "lr": 1.0}
+    (step / "trainer.pt").write_bytes(b"damaged")
+    assert saved_config(step) is None          # left to the Trainer, which names the file
+
+
+def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, tmp_path):
+    """`pretrain.py resume=<run folder> max_steps=4` from another directory: the micro arch, build,
+    batch and schedule are the run's (the config files' hrm_v1 defaults would be refused), max_steps
+    is the command line's."""
+    run = tmp_path / "run"
+    Trainer(micro_config(small_build, run, max_steps=2, eval_save_predictions=False), CPU, progress=False).fit()
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    resumed = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"resume={run}", "max_steps=3"], cwd=workdir,
+                             capture_output=True, text=True, timeout=300, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from {run / 'step_2'} at step 2" in resumed.stdout
+    assert (f"resume: settings the command line does not give are the run's own, saved in {run / 'step_2'}: "
+            f"arch=micro, data_path={small_build}, global_batch_size=8") in resumed.stderr, resumed.stderr
+    assert sorted(losses_by_step(run)) == [1, 2, 3]
+    config = yaml.safe_load((run / "all_config.yaml").read_text())
+    assert config["arch"]["hidden_size"] == 32 and config["max_steps"] == 3 and config["seed"] == 3
+    assert os.listdir(workdir) == []            # nothing written where it ran
+
+    # the settings saved at step 3 are the resumed run's own: max_steps=3 now comes from there
+    composed = compose(f"resume={run}")
+    assert composed["arch"]["name"] == "hrm_v1"
+    from hrm.resume_settings import resume_with_saved_settings
+    merged, _ = resume_with_saved_settings(composed, [f"resume={run}"])
+    assert merged["max_steps"] == 3 and merged["arch"]["name"] == "micro"
+    assert json.loads((run / "log.jsonl").read_text().splitlines()[-1])["step"] >= 3
