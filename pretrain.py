@@ -43,8 +43,11 @@ def launch(hydra_config: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hrm.resume_settings import resume_with_saved_settings
     # resume: what the command line does not set comes from the checkpoint, not the config files
-    settings, note = resume_with_saved_settings(OmegaConf.to_container(hydra_config, resolve=True),
-                                                list(HydraConfig.get().overrides.task), sweep_tag())
+    try:
+        settings, note = resume_with_saved_settings(OmegaConf.to_container(hydra_config, resolve=True),
+                                                    list(HydraConfig.get().overrides.task), sweep_tag())
+    except ValueError as e:     # the checkpoint's trainer.pt cannot be read (CheckpointError)
+        exit_bad_config(f"error: {e}")
     try:
         config = PretrainConfig(**settings)
     except ValidationError as e:

@@ -5,7 +5,9 @@ give comes from it rather than from the config files, so `python pretrain.py res
 continues that run as it was (its arch, build, batch, schedule), and `resume=<run> max_steps=N`
 changes only what it names. Exceptions, always from this start's config:
 - the settings that name this start (`resume`, `run_name`, `checkpoint_path`, `project_name`):
-  a branch from another run's checkpoint writes where its command line says;
+  a branch from another run's checkpoint writes where its command line says; but a run continued
+  in its own folder (neither run_name nor checkpoint_path given) keeps its project_name too, as it
+  keeps its run name: one W&B run, in its project;
 - the machine (`device`, `compile`, `compile_eval`): a CPU run continued on GPUs runs on them.
 
 The Trainer's own checks still refuse an architecture, build or batch order given on the command
@@ -45,8 +47,12 @@ def with_saved_settings(composed: dict, saved: dict, given: set[str]) -> tuple[d
             changed.append(key)
         return before
 
-    merged = merge(composed, saved, "")
-    return {k: v for k, v in merged.items() if v is not _MISSING}, changed
+    def drop_missing(node):      # a key deleted on the command line (`~wandb.mode`) stays deleted
+        if isinstance(node, dict):
+            return {k: drop_missing(v) for k, v in node.items() if v is not _MISSING}
+        return node
+
+    return drop_missing(merge(composed, saved, "")), changed
 
 
 def known_settings(model, values: dict) -> dict:
@@ -87,19 +93,27 @@ def checkpoint_to_resume(config: dict, tag: str) -> Path | None:
         return None
 
 
-def saved_config(checkpoint: Path) -> dict | None:
+def saved_config(checkpoint: Path) -> dict:
     """The resolved config a checkpoint was saved with (trainer.pt, memory-mapped: its optimizer
-    state is not read), with its data_path made absolute when, as typed, it is not a build from
-    here; None when it cannot be read (the Trainer names the damage when it loads it)."""
+    state is not read), with data_path the absolute path of the build it trained on when that is
+    still there. A trainer.pt that cannot be read, or is not this trainer's, raises CheckpointError naming
+    it (as the Trainer's load would): left to the Trainer, the config files' values would be
+    validated in its place first, and a refusal would name them (`data_path: not a build`)."""
     import torch
+    from hrm.checkpoint import CheckpointError, read_torch_file
+    from hrm.train_checkpoint import FORMAT, previous_checkpoint_hint
+    path = checkpoint / "trainer.pt"
     try:
-        trainer = torch.load(checkpoint / "trainer.pt", map_location="cpu", weights_only=True, mmap=True)
-        config = dict(trainer["config"])
-    except Exception:  # noqa: BLE001 -- any unreadable file: the Trainer's load reports it
-        return None
+        trainer = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 -- read again as the Trainer reads it, which names the damage
+        trainer = read_torch_file(path, previous_checkpoint_hint(checkpoint))
+    if not isinstance(trainer, dict) or trainer.get("format") != FORMAT or not isinstance(trainer.get("config"), dict):
+        raise CheckpointError(f"{path}: not a {FORMAT} checkpoint")
+    config = dict(trainer["config"])
+    # the build trained on, wherever this runs from: data_path as typed is relative to where the
+    # run started, and from here may name another build or none
     resolved = trainer.get("data_path_resolved")
-    typed = config.get("data_path")
-    if resolved and typed and not (Path(typed) / "train" / "dataset.json").is_file():
+    if resolved and (Path(resolved) / "train" / "dataset.json").is_file():
         config["data_path"] = resolved
     return config
 
@@ -107,13 +121,20 @@ def saved_config(checkpoint: Path) -> dict | None:
 def resume_with_saved_settings(composed: dict, task_overrides: list[str], tag: str = "") -> tuple[dict, str | None]:
     """pretrain.py's step: `composed` with the settings of the checkpoint it resumes (see the
     module's docstring), and a note naming those that differ from the config files' (None when
-    nothing changed or nothing is resumed)."""
+    nothing changed or nothing is resumed). Raises CheckpointError for a trainer.pt that cannot be
+    read (saved_config)."""
     checkpoint = checkpoint_to_resume(composed, tag)
-    saved = saved_config(checkpoint) if checkpoint is not None else None
-    if saved is None:
+    if checkpoint is None:
         return composed, None
+    saved = saved_config(checkpoint)
     from hrm.pretrain_config import PretrainConfig
-    merged, changed = with_saved_settings(composed, known_settings(PretrainConfig, saved), given_keys(task_overrides))
+    given = given_keys(task_overrides)
+    merged, changed = with_saved_settings(composed, known_settings(PretrainConfig, saved), given)
+    in_place = not (composed.get("run_name") or composed.get("checkpoint_path"))   # the Trainer writes into its folder
+    if (in_place and "project_name" not in given and "project_name" in saved
+            and saved["project_name"] != composed.get("project_name")):
+        merged["project_name"] = saved.get("project_name")
+        changed.append("project_name")
     if not changed:
         return merged, None
     return merged, (f"resume: settings the command line does not give are the run's own, saved in {checkpoint}: "

@@ -155,10 +155,12 @@ def sweep_jobs(config: DictConfig, loader) -> tuple[list[list[str]], set[str]] |
     return BasicSweeper.split_arguments(overrides, None)[0], swept
 
 
-def validated_config(compose, world_size: int = 1, known: DictConfig | None = None) -> PretrainConfig | str:
+def validated_config(compose, world_size: int = 1, known: DictConfig | None = None,
+                     settings=None) -> PretrainConfig | str:
     """The config pretrain.py would run from the one `compose()` returns (Hydra's composition, then
     the validated fields and the world size), or why it would refuse it. An unknown key is compared
-    with the keys of `known` for a suggestion."""
+    with the keys of `known` for a suggestion. `settings`: what pretrain.py's launch() does to the
+    composed values before validating them (a sweep job's: those of the checkpoint it resumes)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     from pydantic import ValidationError
@@ -166,7 +168,8 @@ def validated_config(compose, world_size: int = 1, known: DictConfig | None = No
         composed = compose()
         with open_dict(composed):
             composed.pop("hydra", None)     # Hydra's own settings: resolved only while it runs a job
-        config = PretrainConfig(**OmegaConf.to_container(composed, resolve=True))
+        values = OmegaConf.to_container(composed, resolve=True)
+        config = PretrainConfig(**(settings(values) if settings is not None else values))
         config.check_world_size(world_size)
     except ValidationError as e:
         return format_validation_error(e)
@@ -279,10 +282,16 @@ class CheckEveryJob(Callback):
                 job_config.hydra.job.num = i
             HydraConfig.instance().set_config(job_config)
             return job_config
+        def job_settings(values: dict) -> dict:
+            """As the job's launch() will: a resumed job's settings are its checkpoint's, except
+            those its command line gives (hrm/resume_settings.py)."""
+            from hrm.resume_settings import resume_with_saved_settings
+            return resume_with_saved_settings(values, list(HydraConfig.get().overrides.task), sweep_tag())[0]
         before = HydraConfig.instance().cfg
         try:
             for i, job in enumerate(jobs):
-                checked = validated_config(lambda: compose_job(i, job), world_size, known=config)
+                checked = validated_config(lambda: compose_job(i, job), world_size, known=config,
+                                           settings=job_settings)
                 # the job's HydraConfig is set: its tag is the one the job's sweep_tag() will give
                 problem = checked if isinstance(checked, str) else \
                     checkpoints_in_the_way(checked, sweep_tag(), bool(HydraConfig.get().job.chdir))

@@ -244,7 +244,8 @@ class Trainer:
         # every rank with the same message, before any of them waits in a collective.
         self.run_lock = None    # rank 0's hold on the run folder (hrm/run_lock.py), taken by _prepare
         self.sigterm = None     # fit's StopOnSigterm; train_step sums its flag over the ranks
-        self.stop_agreed = False
+        self.stop_after_step = False   # a SIGTERM on some rank: stop after this step (train_step)
+        self.sigterm_at_end = False    # one during the run's last evaluation or save (fit's summary)
         try:
             resumed_from = agree_on_outcome(self._prepare, info)
         except BaseException:   # refused (here or on another rank): the folder is left as it was found
@@ -455,7 +456,7 @@ class Trainer:
                               + [self._sigterm_flag(loss.device)])
         values = all_reduce_sum_(reduced, info).tolist()  # the step's host sync (sign-SGD's unique adds one
                                                           # more, after the queue has drained)
-        self.stop_agreed = values.pop() > 0
+        self.stop_after_step = values.pop() > 0
         grad_norm = float(grad_norm)
         loss_value = values[0] / cfg.global_batch_size
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
@@ -582,7 +583,7 @@ class Trainer:
         seconds = time.perf_counter() - started
         return {"step": self.step, "eval": last_eval, "seconds": seconds, "steps_run": self.step - first_step,
                 "steps_per_second": (self.step - first_step) / seconds if seconds > 0 else 0.0,
-                "sigterm": self.stop_agreed}
+                "sigterm": self.sigterm_at_end}
 
     def _train(self, bar: tqdm) -> dict:
         """The loop: steps, evaluations and checkpoints until the run's end, or until a SIGTERM
@@ -613,7 +614,7 @@ class Trainer:
                 if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0:
                     self.save()
                     saved_at = self.step
-                if self.stop_agreed:
+                if self.stop_after_step:
                     # on an iteration's or the run's last batch too, before the evaluation (the whole
                     # test split can outlast the scheduler's grace period): resuming runs it; the run's
                     # last step is saved again with that noted (a checkpoint_interval save lacks it)
@@ -633,7 +634,7 @@ class Trainer:
             self.save()
         # a SIGTERM during the last evaluation or save: the run is complete, but a sweep must not
         # start its next job (pretrain.py reads this); agreed, as every rank decides that alike
-        self.stop_agreed = self.sigterm_on_any_rank()
+        self.sigterm_at_end = self.sigterm_on_any_rank()
         return last_eval
 
     def sigterm_on_any_rank(self) -> bool:

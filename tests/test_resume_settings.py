@@ -8,11 +8,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 import yaml
 
 from conftest import ROOT
+from hrm.checkpoint import CheckpointError
 from hrm.resume_settings import given_keys, known_settings, saved_config, with_saved_settings
+from hrm.train_checkpoint import FORMAT
 from hrm.train import Trainer
 from test_train import CPU, compose, losses_by_step, micro_config
 
@@ -63,11 +66,84 @@ def test_settings_a_checkpoint_holds_that_this_version_does_not_have_are_left_ou
 def test_a_relative_build_of_another_directory_is_found_by_its_resolved_path(small_build, tmp_path, monkeypatch):
     step = tmp_path / "run" / "step_1"
     step.mkdir(parents=True)
-    torch.save({"config": {"data_path": "data/elsewhere", "lr": 1.0}, "data_path_resolved": str(small_build),
+    torch.save({"format": FORMAT, "config": {"data_path": "data/elsewhere", "lr": 1.0},
+                "data_path_resolved": str(small_build),
                 "optimizers": {"dense": {"state": {0: torch.zeros(3)}}}}, step / "trainer.pt")
     assert saved_config(step) == {"data_path": str(small_build), "lr": 1.0}
-    (step / "trainer.pt").write_bytes(b"damaged")
-    assert saved_config(step) is None          # left to the Trainer, which names the file
+    # also where the path as typed names another build from here: the one trained on counts
+    (tmp_path / "data" / "elsewhere" / "train").mkdir(parents=True)
+    (tmp_path / "data" / "elsewhere" / "train" / "dataset.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert saved_config(step) == {"data_path": str(small_build), "lr": 1.0}
+
+
+def test_a_trainer_file_that_cannot_be_read_is_named_not_the_config_files_values(tmp_path):
+    """A damaged (or foreign) trainer.pt is refused naming it, with the previous checkpoint; left to
+    the Trainer, the config files' values would be validated first (`data_path: not a build`)."""
+    run = tmp_path / "run"
+    for step in (1, 2):
+        (run / f"step_{step}").mkdir(parents=True)
+        torch.save({"format": FORMAT, "config": {"lr": 1.0}}, run / f"step_{step}" / "trainer.pt")
+    (run / "step_2" / "trainer.pt").write_bytes(b"damaged")
+    with pytest.raises(CheckpointError, match=rf"{run / 'step_2' / 'trainer.pt'} is not a checkpoint.*"
+                                              rf"resume={run / 'step_1'} continues from the previous checkpoint"):
+        saved_config(run / "step_2")
+    torch.save({"config": {"lr": 1.0}}, run / "step_2" / "trainer.pt")      # not this trainer's format
+    with pytest.raises(CheckpointError, match=f"not a {FORMAT} checkpoint"):
+        saved_config(run / "step_2")
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    refused = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"resume={run}"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120, env=env)
+    assert refused.returncode == 2 and f"pretrain.py: error: {run / 'step_2' / 'trainer.pt'}: not a" in refused.stderr, \
+        refused.stderr[-3000:]
+    assert "data_path" not in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_nested_key_deleted_on_the_command_line_stays_deleted():
+    """`~wandb.mode` on resume: the config's default, not a placeholder object refused as a bad value."""
+    from hrm.pretrain_config import WandbConfig
+    composed = {"wandb": {"entity": None}}      # as Hydra composes `~wandb.mode ~max_steps`
+    saved = {"max_steps": 5, "wandb": {"mode": "offline", "entity": "me"}}
+    merged, _ = with_saved_settings(composed, saved, given_keys(["~wandb.mode", "~max_steps"]))
+    assert merged == {"wandb": {"entity": "me"}}
+    assert WandbConfig(**merged["wandb"]).mode == "auto"
+
+
+def test_a_run_continued_in_its_folder_keeps_its_project(small_build, tmp_path):
+    """resume=<run folder> alone continues that run in place, under its name: its project_name too
+    (W&B's run is found by project and id). A branch (run_name=, checkpoint_path=) names its own."""
+    from hrm.resume_settings import resume_with_saved_settings
+    step = tmp_path / "run" / "step_1"
+    step.mkdir(parents=True)
+    torch.save({"format": FORMAT, "config": {"data_path": str(small_build), "project_name": "mine", "lr": 1.0}},
+               step / "trainer.pt")
+    merged, note = resume_with_saved_settings(compose(f"resume={step.parent}"), [f"resume={step.parent}"])
+    assert merged["project_name"] == "mine" and "project_name=mine" in note
+    for branch in ("run_name=other", f"checkpoint_path={tmp_path / 'other'}"):
+        merged, _ = resume_with_saved_settings(compose(f"resume={step.parent}", branch),
+                                               [f"resume={step.parent}", branch])
+        assert merged["project_name"] is None, branch
+    merged, _ = resume_with_saved_settings(compose(f"resume={step.parent}", "project_name=new"),
+                                           [f"resume={step.parent}", "project_name=new"])
+    assert merged["project_name"] == "new"
+
+
+def test_a_sweep_resumed_with_its_runs_settings_passes_the_sweep_check(small_build, tmp_path):
+    """`-m resume=latest checkpoint_path=<sweep> lr=...` from a folder without the config files'
+    build: the check of every job validates each job as it will run, with its checkpoint's settings
+    (it refused `data_path: not a build` for the config files' data/arc-aug-1000), as a single
+    `resume=` run does."""
+    sweep = tmp_path / "sweep"
+    for lr in ("0.001", "0.002"):
+        Trainer(micro_config(small_build, sweep / f"lr={lr}", lr=float(lr), max_steps=1, eval_save_predictions=False),
+                CPU, progress=False).fit()
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1", WORLD_SIZE="1")
+    run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), "-m", "resume=latest",
+                          f"checkpoint_path={sweep}", "lr=0.001,0.002"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "invalid sweep" not in run.stderr and run.stdout.count("the run had already finished at step 1") == 2, \
+        run.stdout
 
 
 def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, tmp_path):
