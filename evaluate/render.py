@@ -25,7 +25,7 @@ if __package__ in (None, ""):
 import argparse  # noqa: E402
 import json  # noqa: E402
 
-from evaluate.errors import EvaluationInputError  # noqa: E402
+from evaluate.errors import EvaluationInputError, recorded_build_missing  # noqa: E402
 from evaluate.pictures import html_page, task_sheet  # noqa: E402
 from evaluate.outputs import check_output_dir, quiet_on_broken_pipe, write_atomic  # noqa: E402
 from evaluate.png import encode_png  # noqa: E402
@@ -98,8 +98,7 @@ def main(argv=None) -> int:
         if data is None:
             raise EvaluationInputError("--data is required without --votes")
         if not args.data and not data.is_dir():   # recorded where the vote ran: moved, or another machine
-            raise EvaluationInputError(f"{data}: no such build; it is the build recorded in {args.votes} "
-                                       f"(meta.data): pass --data DIR for its place here")
+            raise recorded_build_missing(data, f"build recorded in {args.votes} (meta.data)")
         build = BuildTasks(data)
         views = []
         for name in choose_tasks(args, results):

@@ -24,7 +24,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 
 from evaluate.build_reader import load_test_split  # noqa: E402
-from evaluate.errors import EvaluationInputError  # noqa: E402
+from evaluate.errors import EvaluationInputError, recorded_build_missing  # noqa: E402
 from evaluate.outputs import check_output_file, quiet_on_broken_pipe, write_atomic  # noqa: E402
 from evaluate.predictions import resolve_predictions  # noqa: E402
 from evaluate.report import build_report, format_table  # noqa: E402
@@ -80,8 +80,7 @@ def load_recorded_build(data: Path, recorded_in: Path | None):
     --data as the way out."""
     if recorded_in is None or data.is_dir():
         return load_test_split(data)
-    raise EvaluationInputError(f"{data}: no such build; it is the data_path recorded in {recorded_in}: "
-                               f"pass --data DIR for the build's place here")
+    raise recorded_build_missing(data, f"data_path recorded in {recorded_in}")
 
 
 def main(argv=None) -> int:
