@@ -45,10 +45,10 @@ DATA=${DATA:-data/gpu-check}
 LOGS=${OUT:-$(mktemp -d)}
 RUN=${RUN:-checkpoints/gpu-check}
 if [ -n "${REHEARSE:-}" ]; then
-    DEVICE=cpu V1=hrm_tiny DEEPLOOP=hrm_tiny COMPILE= SMOKE_BATCH=8 SMOKE_STEPS=2
+    DEVICE=cpu V1=hrm_tiny DEEPLOOP=hrm_tiny COMPILE= SMOKE_BATCH=8 SMOKE_STEPS=2 WARMUP=1
     MODEL_BENCH=(--config cpu-bench --steps 1 --warmup 0)
 else
-    DEVICE=cuda V1=hrm_v1 DEEPLOOP=hrm_deeploop COMPILE=--compile SMOKE_BATCH=64 SMOKE_STEPS=20
+    DEVICE=cuda V1=hrm_v1 DEEPLOOP=hrm_deeploop COMPILE=--compile SMOKE_BATCH=64 SMOKE_STEPS=20 WARMUP=5
     MODEL_BENCH=(--config hrm_v1 --steps 6 --warmup 2 --batch "$BATCH")
 fi
 export WANDB_MODE=disabled PYTHONUNBUFFERED=1 PATH="$PATH:/usr/local/cuda/bin"
@@ -125,7 +125,7 @@ phase model "bench_model hrm_v1" 150 $PY scripts/bench_model.py "${MODEL_BENCH[@
 phase tests "gpu tests" 300 $PY -m pytest -q -rs tests/test_gpu.py tests/test_model_layers.py::test_flash_and_sdpa_agree_on_gpu
 
 phase v1 "bench_train hrm_v1" 300 $PY scripts/bench_train.py --config $V1 --device $DEVICE --data "$DATA" \
-    --batch "$BATCH" --steps "$STEPS" --warmup 5 $COMPILE
+    --batch "$BATCH" --steps "$STEPS" --warmup $WARMUP $COMPILE
 
 if [ -n "$ADAM_PID" ]; then
     # Wait for the build only while the budget leaves 3 minutes for what follows; the fused test
@@ -153,7 +153,7 @@ phase smoke "pretrain resume" 120 $PY pretrain.py $SMOKE max_steps=$((SMOKE_STEP
 phase smoke "vote" 120 $PY evaluate/vote.py --predictions "$RUN/predictions/$(cat "$RUN/latest" 2>/dev/null)" --data "$DATA" --K 1 2 10
 
 phase deeploop "bench_train hrm_deeploop" 300 $PY scripts/bench_train.py --config $DEEPLOOP --device $DEVICE --data "$DATA" \
-    --batch "$BATCH" --steps "$STEPS" --warmup 5 $COMPILE
+    --batch "$BATCH" --steps "$STEPS" --warmup $WARMUP $COMPILE
 
 if ! wanted torchrun; then
     :
