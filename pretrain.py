@@ -1,6 +1,6 @@
 """Train HRM on an arc-aug build.
 
-  python pretrain.py arch=hrm_tiny data_path=data/arc-aug-16 epochs=400 eval_interval=100   # one process
+  python pretrain.py arch=hrm_tiny data_path=data/quickstart epochs=400 eval_interval=100   # one process
   torchrun --nproc-per-node 8 pretrain.py arch=hrm_deeploop                                  # 8 GPUs
   python pretrain.py resume=checkpoints/<project>/<run> [max_steps=N ...]                    # continue a run
 
@@ -41,7 +41,7 @@ diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit statu
 @hydra.main(config_path="configs", config_name="cfg_pretrain", version_base=None)
 def launch(hydra_config: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
-    from hrm.resume_settings import resume_with_saved_settings
+    from hrm.resume_settings import resume_path_problem, resume_with_saved_settings
     # resume: what the command line does not set comes from the checkpoint, not the config files
     try:
         settings, note = resume_with_saved_settings(OmegaConf.to_container(hydra_config, resolve=True),
@@ -51,7 +51,10 @@ def launch(hydra_config: DictConfig) -> None:
     try:
         config = PretrainConfig(**settings)
     except ValidationError as e:
-        exit_bad_config(format_validation_error(e))
+        # a resume= path that names no checkpoint first: the settings refused may be the config
+        # files' only because there was no checkpoint to take the run's own from
+        problem = resume_path_problem(settings)
+        exit_bad_config(f"error: {problem}" if problem else format_validation_error(e))
     try:    # here, said once, rather than by every rank's Trainer
         config.check_world_size(int(os.environ.get("WORLD_SIZE", "1")))
     except ValueError as e:

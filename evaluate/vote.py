@@ -6,8 +6,8 @@
 Without --predictions: the newest checkpoints/<project>/<run>/predictions/step_*/ (by the mtime of
 its info.json); without --data: the build recorded in that info.json. --json and --submission are
 checked before the vote (not a directory; their folder exists or can be created) and each is
-written whole or not at all. Exit status: 0, 2 for inputs that cannot be voted on, 141 when the
-reader of stdout stops early (`| head`).
+written whole or not at all. Exit status: 0, 2 for inputs that cannot be voted on or an output that
+cannot be written, 141 when the reader of stdout stops early (`| head`).
 """
 from __future__ import annotations
 

@@ -93,6 +93,22 @@ def checkpoint_to_resume(config: dict, tag: str) -> Path | None:
         return None
 
 
+def resume_path_problem(config: dict) -> str | None:
+    """Why `resume`, given as a path (not latest/auto), names no checkpoint: the Trainer's own
+    message (a step folder removed by keep_checkpoints or mistyped names the run's last ones), or
+    None. With nothing to resume, the config files' values stand in for the run's settings, and a
+    refusal of them (`data_path: not a build`) would hide the actual mistake."""
+    from hrm.train_checkpoint import resolve_resume
+    resume = config.get("resume")
+    if not resume or resume in ("latest", "auto"):
+        return None
+    try:
+        resolve_resume(resume, None, other_projects=False)
+    except (ValueError, FileNotFoundError, OSError) as e:
+        return str(e)
+    return None
+
+
 def saved_config(checkpoint: Path) -> dict:
     """The resolved config a checkpoint was saved with (trainer.pt, memory-mapped: its optimizer
     state is not read), with data_path the absolute path of the build it trained on when that is

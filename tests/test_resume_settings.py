@@ -173,3 +173,21 @@ def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, t
     merged, _ = resume_with_saved_settings(composed, [f"resume={run}"])
     assert merged["max_steps"] == 3 and merged["arch"]["name"] == "micro"
     assert json.loads((run / "log.jsonl").read_text().splitlines()[-1])["step"] >= 3
+
+
+def test_pretrain_resume_of_a_step_folder_that_is_gone_names_the_runs_steps(small_build, tmp_path):
+    """`pretrain.py resume=<run>/step_<N>` alone, step_<N> removed by keep_checkpoints (or mistyped):
+    the refusal names the run's step folders and suggests the run folder, as the README says, rather
+    than refusing the config files' data_path that stood in for the run's (nothing to take it from)."""
+    run = tmp_path / "run"
+    Trainer(micro_config(small_build, run, max_steps=1, eval_save_predictions=False), CPU, progress=False).fit()
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    for resume, said in ((run / "step_9", f"resume={run / 'step_9'}: no such folder; the run folder {run} holds "
+                                          f"step_1: resume={run} continues from its newest"),
+                         (tmp_path / "nothing", f"resume={tmp_path / 'nothing'}: no such folder")):
+        refused = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"resume={resume}"], cwd=workdir,
+                                 capture_output=True, text=True, timeout=300, env=env)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert f"pretrain.py: error: {said}" in refused.stderr and "not a build" not in refused.stderr, refused.stderr
