@@ -46,10 +46,12 @@ LOGS=${OUT:-$(mktemp -d)}
 RUN=${RUN:-checkpoints/gpu-check}
 if [ -n "${REHEARSE:-}" ]; then
     DEVICE=cpu V1=hrm_tiny DEEPLOOP=hrm_tiny COMPILE= SMOKE_BATCH=8 SMOKE_STEPS=2 WARMUP=1
-    MODEL_BENCH=(--config cpu-bench --steps 1 --warmup 0)
+    MODEL_BENCH=(--config cpu-bench --steps 1 --warmup 0 --batch 2)
+    SMOKE_ARCH="arch.hidden_size=32 arch.puzzle_emb_ndim=32 arch.halt_max_steps=2"   # the same phases, sooner
 else
     DEVICE=cuda V1=hrm_v1 DEEPLOOP=hrm_deeploop COMPILE=--compile SMOKE_BATCH=64 SMOKE_STEPS=20 WARMUP=5
     MODEL_BENCH=(--config hrm_v1 --steps 6 --warmup 2 --batch "$BATCH")
+    SMOKE_ARCH=
 fi
 export WANDB_MODE=disabled PYTHONUNBUFFERED=1 PATH="$PATH:/usr/local/cuda/bin"
 if [ -n "${OUT:-}" ]; then
@@ -95,7 +97,8 @@ phase() {
 }
 
 # Setup: without these nothing below can run.
-if [ -n "${WHEELS:-}" ]; then
+# (pip takes seconds even when all is there: asked only when something is missing)
+if [ -n "${WHEELS:-}" ] && ! $PY -c 'import hydra, pydantic, yaml, tqdm, pytest' 2>/dev/null; then
     $PY -m pip install -q --no-index --find-links "$WHEELS" hydra-core pydantic pyyaml tqdm pytest || exit 1
 fi
 [ -n "${REHEARSE:-}" ] || $PY - <<'PY' || exit 1
@@ -144,7 +147,7 @@ phase adam "fused AdamATan2 test" 120 $PY -m pytest -q -rs tests/test_model_opti
 # Train, evaluate, checkpoint and resume on CUDA, then vote: the pieces the benchmarks skip.
 # Eager (compile=false): the benchmarks already cover torch.compile, and its wait is long.
 ! wanted smoke || rm -rf "$RUN"
-SMOKE="arch=hrm_tiny data_path=$DATA global_batch_size=$SMOKE_BATCH epochs=1000 eval_interval=1000 compile=false
+SMOKE="arch=hrm_tiny $SMOKE_ARCH data_path=$DATA global_batch_size=$SMOKE_BATCH epochs=1000 eval_interval=1000 compile=false
        device=$DEVICE checkpoint_path=$RUN"
 phase smoke "pretrain smoke" 120 $PY pretrain.py $SMOKE max_steps=$SMOKE_STEPS
 # the resumed part also measures the visit alignment (hrm/diagnostics.py) on CUDA in bf16, once

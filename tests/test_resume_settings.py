@@ -3,7 +3,6 @@ line does not give comes from the checkpoint, except the settings that name this
 machine's."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, together
 from hrm.checkpoint import CheckpointError
 from hrm.resume_settings import given_keys, known_settings, saved_config, with_saved_settings
 from hrm.train_checkpoint import FORMAT
@@ -147,16 +146,26 @@ def test_a_sweep_resumed_with_its_runs_settings_passes_the_sweep_check(small_bui
 
 
 def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, tmp_path):
-    """`pretrain.py resume=<run folder> max_steps=4` from another directory: the micro arch, build,
+    """`pretrain.py resume=<run folder> max_steps=3` from another directory: the micro arch, build,
     batch and schedule are the run's (the config files' hrm_v1 defaults would be refused), max_steps
-    is the command line's."""
+    is the command line's. And `resume=<run>/step_<N>` alone, step_<N> removed by keep_checkpoints
+    (or mistyped): the refusal names the run's step folders and suggests the run folder, as the
+    README says, rather than refusing the config files' data_path that stood in for the run's
+    (nothing to take it from)."""
     run = tmp_path / "run"
     Trainer(micro_config(small_build, run, max_steps=2, eval_save_predictions=False), CPU, progress=False).fit()
+    other = tmp_path / "other"      # another run's folder, for the refusal: `run` gets step_3 meanwhile
+    (other / "step_1").mkdir(parents=True)
+    (other / "step_1" / "trainer.pt").write_bytes(b"")
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
-    resumed = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"resume={run}", "max_steps=3"], cwd=workdir,
-                             capture_output=True, text=True, timeout=300, env=env)
+
+    def pretrain(*args):
+        return lambda: subprocess.run([sys.executable, str(ROOT / "pretrain.py"), *args], cwd=workdir,
+                                      capture_output=True, text=True, timeout=300, env=env)
+    resumed, *refused = together(pretrain(f"resume={run}", "max_steps=3"), pretrain(f"resume={other / 'step_9'}"),
+                                 pretrain(f"resume={tmp_path / 'nothing'}"))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {run / 'step_2'} at step 2" in resumed.stdout
     assert (f"resume: settings the command line does not give are the run's own, saved in {run / 'step_2'}: "
@@ -165,6 +174,11 @@ def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, t
     config = yaml.safe_load((run / "all_config.yaml").read_text())
     assert config["arch"]["hidden_size"] == 32 and config["max_steps"] == 3 and config["seed"] == 3
     assert os.listdir(workdir) == []            # nothing written where it ran
+    for said, refusal in zip((f"resume={other / 'step_9'}: no such folder; the run folder {other} holds step_1: "
+                              f"resume={other} continues from its newest",
+                              f"resume={tmp_path / 'nothing'}: no such folder"), refused):
+        assert refusal.returncode == 2, refusal.stderr[-3000:]
+        assert f"pretrain.py: error: {said}" in refusal.stderr and "not a build" not in refusal.stderr, refusal.stderr
 
     # the settings saved at step 3 are the resumed run's own: max_steps=3 now comes from there
     composed = compose(f"resume={run}")
@@ -172,22 +186,3 @@ def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, t
     from hrm.resume_settings import resume_with_saved_settings
     merged, _ = resume_with_saved_settings(composed, [f"resume={run}"])
     assert merged["max_steps"] == 3 and merged["arch"]["name"] == "micro"
-    assert json.loads((run / "log.jsonl").read_text().splitlines()[-1])["step"] >= 3
-
-
-def test_pretrain_resume_of_a_step_folder_that_is_gone_names_the_runs_steps(small_build, tmp_path):
-    """`pretrain.py resume=<run>/step_<N>` alone, step_<N> removed by keep_checkpoints (or mistyped):
-    the refusal names the run's step folders and suggests the run folder, as the README says, rather
-    than refusing the config files' data_path that stood in for the run's (nothing to take it from)."""
-    run = tmp_path / "run"
-    Trainer(micro_config(small_build, run, max_steps=1, eval_save_predictions=False), CPU, progress=False).fit()
-    workdir = tmp_path / "elsewhere"
-    workdir.mkdir()
-    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
-    for resume, said in ((run / "step_9", f"resume={run / 'step_9'}: no such folder; the run folder {run} holds "
-                                          f"step_1: resume={run} continues from its newest"),
-                         (tmp_path / "nothing", f"resume={tmp_path / 'nothing'}: no such folder")):
-        refused = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"resume={resume}"], cwd=workdir,
-                                 capture_output=True, text=True, timeout=300, env=env)
-        assert refused.returncode == 2, refused.stderr[-3000:]
-        assert f"pretrain.py: error: {said}" in refused.stderr and "not a build" not in refused.stderr, refused.stderr
