@@ -14,12 +14,18 @@ Modules (each documents its public API):
     diagnostics       visit_alignment (per-visit gradient alignment of weight-tied sublayers)
     train             the trainer (separate issue)
 """
-from hrm.config import ArchConfig, ModuleScalingOverride, ScalingConfig
-from hrm.loss import ACTLossHead
-from hrm.model import HRM, Carry
-from hrm.optim import AdamATan2
-from hrm.puzzle_embedding import PuzzleEmbedding, PuzzleSignSGD
-from hrm.scaling import derive_scaling, describe_scaling
+import importlib
 
-__all__ = ["ArchConfig", "ScalingConfig", "ModuleScalingOverride", "HRM", "Carry", "ACTLossHead",
-           "AdamATan2", "PuzzleEmbedding", "PuzzleSignSGD", "derive_scaling", "describe_scaling"]
+# Imported on first use: `from hrm.pretrain_config import ...` (pretrain.py's config checks) then
+# does not load torch, which takes seconds, to refuse a bad value.
+_EXPORTS = {"ArchConfig": "config", "ModuleScalingOverride": "config", "ScalingConfig": "config",
+            "ACTLossHead": "loss", "HRM": "model", "Carry": "model", "AdamATan2": "optim",
+            "PuzzleEmbedding": "puzzle_embedding", "PuzzleSignSGD": "puzzle_embedding",
+            "derive_scaling": "scaling", "describe_scaling": "scaling"}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"hrm.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'hrm' has no attribute {name!r}")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ScalingRule = Literal["none", "deepnorm", "deeploop", "custom", "prenorm_1_over_n"]
@@ -233,6 +232,7 @@ class ArchConfig(BaseModel):
 
 def resolve_forward_dtype(arch: ArchConfig, device: torch.device | str) -> torch.dtype:
     """The compute dtype on ``device``: auto means bfloat16 on CUDA (as published) else float32."""
+    import torch   # here: the config alone (pretrain.py's checks, refusals) loads without torch
     if arch.forward_dtype == "auto":
         return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     return getattr(torch, arch.forward_dtype)

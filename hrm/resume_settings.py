@@ -77,11 +77,11 @@ def checkpoint_to_resume(config: dict, tag: str) -> Path | None:
     """The checkpoint folder `resume` names in a composed config (as a dict), found as the Trainer
     will find it; None when there is none to find (no resume; a default run name, whose time stamp
     is only known once training starts; nothing there: the Trainer then says so)."""
-    from hrm.train import run_folder
-    from hrm.train_checkpoint import resolve_resume
     resume = config.get("resume")
     if not resume:
         return None
+    from hrm.train import run_folder
+    from hrm.train_checkpoint import resolve_resume
     named = bool(config.get("checkpoint_path") or config.get("run_name"))
     run_dir = run_folder(config.get("project_name"), config.get("run_name"), config.get("checkpoint_path"),
                          str(config.get("data_path")), tag) if named else None
@@ -98,10 +98,10 @@ def resume_path_problem(config: dict) -> str | None:
     message (a step folder removed by keep_checkpoints or mistyped names the run's last ones), or
     None. With nothing to resume, the config files' values stand in for the run's settings, and a
     refusal of them (`data_path: not a build`) would hide the actual mistake."""
-    from hrm.train_checkpoint import resolve_resume
     resume = config.get("resume")
     if not resume or resume in ("latest", "auto"):
         return None
+    from hrm.train_checkpoint import resolve_resume
     try:
         resolve_resume(resume, None, other_projects=False)
     except (ValueError, FileNotFoundError, OSError) as e:

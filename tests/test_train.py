@@ -1021,16 +1021,13 @@ def test_ctrl_c_before_the_first_checkpoint_does_not_suggest_resume(tmp_path):
 
 
 def test_resuming_a_finished_run_says_so(small_build, tmp_path):
-    cmd = [sys.executable, str(ROOT / "pretrain.py"), "arch=hrm_tiny",
-           *[f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"], "arch.scaling.rule=deeploop",
-           f"data_path={small_build}", "global_batch_size=8", "epochs=100", "eval_interval=100", "max_steps=1",
-           "eval_save_predictions=false", f"checkpoint_path={tmp_path / 'run'}"]
-    env = dict(os.environ, WANDB_MODE="disabled")
-    first = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
-    assert first.returncode == 0 and "done: step 1, " in first.stdout, first.stderr[-2000:]
-    again = subprocess.run(cmd + ["resume=latest"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
-    assert again.returncode == 0 and "done: the run had already finished at step 1" in again.stdout, again.stdout
-
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, eval_save_predictions=False), CPU,
+            progress=False).fit()
+    # resume= alone: the run's own settings (max_steps=1 among them) come from its checkpoint
+    again = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"resume={tmp_path / 'run'}"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, WANDB_MODE="disabled"))
+    assert again.returncode == 0 and "done: the run had already finished at step 1" in again.stdout, \
+        again.stdout + again.stderr[-2000:]
 
 def test_a_run_estimated_at_zero_steps_is_refused_before_its_folder_is_made(small_build, tmp_path):
     """epochs x examples / batch below one step: refused with the sum, not a fresh run that trains
