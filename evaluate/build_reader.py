@@ -145,6 +145,26 @@ class EvaluationSplit:
         return len(self.truth)
 
 
+def check_indices(split_dir: Path, split: dict) -> None:
+    """The split's index arrays must cut its rows in order: puzzle_indices from 0 to the number of
+    rows (one more entry than puzzles), group_indices from 0 to the number of puzzles, neither
+    decreasing; inputs and labels as long as each other. A damaged or hand-edited build is refused
+    here, naming the file, rather than failing on a row that is not there."""
+    rows = len(split["inputs"])
+    if len(split["labels"]) != rows:
+        raise EvaluationInputError(f"{split_dir}/all__labels.npy has {len(split['labels'])} rows, all__inputs.npy "
+                                   f"{rows}; rebuild the data")
+    puzzles = len(split["puzzle_identifiers"])
+    for name, end, entries, counted in (("puzzle_indices", rows, puzzles + 1, "rows of all__inputs.npy"),
+                                        ("group_indices", puzzles, None, "puzzles of all__puzzle_identifiers.npy")):
+        index = split[name]
+        if len(index) < 1 or index[0] != 0 or index[-1] != end or np.any(np.diff(index) < 0) \
+                or (entries is not None and len(index) != entries):
+            raise EvaluationInputError(f"{split_dir}/all__{name}.npy does not cut the split's {end} {counted} in "
+                                       f"order (it must run from 0 to {end} without decreasing, one entry more than "
+                                       f"the parts it cuts); rebuild the data")
+
+
 def load_test_split(data_dir: Path) -> EvaluationSplit:
     """Ground truth: the first puzzle of every test-split group is the original task."""
     data_dir = Path(data_dir)
@@ -155,6 +175,7 @@ def load_test_split(data_dir: Path) -> EvaluationSplit:
     if len(puzzle_ids) and (puzzle_ids.min() < 1 or puzzle_ids.max() >= len(identifiers)):
         raise EvaluationInputError(f"{data_dir}/test/all__puzzle_identifiers.npy holds identifiers outside "
                                    f"1..{len(identifiers) - 1} (the size of identifiers.json)")
+    check_indices(data_dir / "test", split)
     tasks, starts = [], [0]
     inputs, truths = [], []      # canonical (row, shape) per test pair
     for g in range(len(group_idx) - 1):

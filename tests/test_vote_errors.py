@@ -93,6 +93,17 @@ def test_incomplete_build_names_the_missing_file(build, tmp_path):
         load_test_split(build)
 
 
+@pytest.mark.parametrize("name, change", [
+    ("puzzle_indices", lambda a: np.append(a[:-1], a[-1] + 5)),    # past the last row
+    ("puzzle_indices", lambda a: a[::-1].copy()),                    # decreasing
+    ("group_indices", lambda a: np.append(a[:-1], a[-1] + 1))])      # past the last puzzle
+def test_index_arrays_that_do_not_cut_the_rows_name_the_file(build, name, change):
+    path = build / "test" / f"all__{name}.npy"
+    np.save(path, change(np.load(path)))
+    with pytest.raises(EvaluationInputError, match=rf"{path} does not cut the split's \d+ (rows|puzzles)"):
+        load_test_split(build)
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "abc", "1.5"])
 def test_unknown_k_value_is_rejected(value, capsys):
     with pytest.raises(SystemExit) as e:
