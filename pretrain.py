@@ -42,10 +42,11 @@ diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit statu
 def launch(hydra_config: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hrm.resume_settings import resume_path_problem, resume_with_saved_settings
+    tag = sweep_tag()   # a sweep job's swept values: its run name's end ('' for a single run)
     # resume: what the command line does not set comes from the checkpoint, not the config files
     try:
         settings, note = resume_with_saved_settings(OmegaConf.to_container(hydra_config, resolve=True),
-                                                    list(HydraConfig.get().overrides.task), sweep_tag())
+                                                    list(HydraConfig.get().overrides.task), tag)
     except ValueError as e:     # the checkpoint's trainer.pt cannot be read (CheckpointError)
         exit_bad_config(f"error: {e}")
     try:
@@ -73,7 +74,6 @@ def launch(hydra_config: DictConfig) -> None:
         print(f"pretrain.py: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     finished, agreed, trainer = False, False, None
-    tag = sweep_tag()
     try:
         if config.resume == "auto" or (tag and config.resume == "latest" and (config.checkpoint_path or
                                                                               config.run_name)):
