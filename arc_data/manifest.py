@@ -54,9 +54,21 @@ def read_manifest(build_dir) -> dict:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: invalid JSON: {e}") from None
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
     for key in ("digest", "settings", "sources", "files"):
         if key not in manifest:
             raise ValueError(f"{path}: missing field {key!r}")
+    files, sources = manifest["files"], manifest["sources"]
+    if not isinstance(files, dict):
+        raise ValueError(f"{path}: field 'files' must be an object of path -> {{sha256, size}}")
+    for rel, entry in files.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+                and type(entry.get("size")) is int):
+            raise ValueError(f"{path}: files[{rel!r}] must be {{'sha256': str, 'size': int}}, got {entry!r}")
+    if not isinstance(sources, list) or not all(isinstance(s, dict) and "kind" in s and "sha256" in s
+                                                for s in sources):
+        raise ValueError(f"{path}: field 'sources' must be a list of objects with 'kind' and 'sha256'")
     return manifest
 
 

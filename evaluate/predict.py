@@ -31,7 +31,7 @@ from arc_data.dataset import EvalBatches, NotABuild, load_split  # noqa: E402
 from arc_data.manifest import build_identity  # noqa: E402
 from evaluate.errors import EvaluationInputError  # noqa: E402
 from evaluate.outputs import check_output_dir  # noqa: E402
-from hrm.checkpoint import CheckpointError, is_our_format, load_model, load_original_checkpoint  # noqa: E402
+from hrm.checkpoint import CheckpointError, is_our_format, load_model, load_original_checkpoint, recorded_build  # noqa: E402
 from hrm.checkpoint import read_torch_file as read_checkpoint_file  # noqa: E402
 from hrm.distributed import check_device, init_distributed, shutdown, switch_on, uses_cuda  # noqa: E402
 from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
@@ -147,7 +147,11 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
                            f"expected {EXPECTED}")
     if is_our_format(payload):
         model, extra = load_model(str(path), payload=payload)
-        step, trained_on = extra.get("step"), extra.get("data")   # no "data" before it was recorded
+        step = extra.get("step")
+        try:
+            trained_on = recorded_build(extra.get("data"), path)   # None before it was recorded
+        except CheckpointError as e:
+            raise PredictError(str(e)) from None
         trainer_file = path.parent / "trainer.pt"
         if data_path is None and trainer_file.is_file():
             trainer = read_torch_file(trainer_file)

@@ -44,6 +44,19 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded as asked; the message names the keys or file at fault."""
 
 
+def recorded_build(record, path) -> dict | None:
+    """The build identity a checkpoint file `path` records (arc_data.manifest.build_identity), or
+    None for one that predates it; anything else (a hand-edited file) is refused by name rather
+    than failing later as a KeyError in the build check."""
+    if record is None:
+        return None
+    if (not isinstance(record, dict) or not isinstance(record.get("identifiers_sha256"), str)
+            or not isinstance(record.get("digest", None), (str, type(None)))):
+        raise CheckpointError(f"{path}: its record of the build it was trained on ('data') is not "
+                              f"{{'identifiers_sha256': str, 'digest': str or None}}: {record!r:.120}")
+    return {"identifiers_sha256": record["identifiers_sha256"], "digest": record.get("digest")}
+
+
 def read_torch_file(path, hint: str = ""):
     """torch.load(weights_only=True), with a file torch cannot read or decode refused by name, in
     one line (`hint`: what to do instead, appended)."""

@@ -59,7 +59,7 @@ def _check_rule_and_p(rule: str, p: Optional[float], where: str) -> None:
 
 class ModuleScalingOverride(BaseModel):
     """Per-module (H or L) override of ``ScalingConfig``; a None field inherits the top level."""
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     rule: Optional[ScalingRule] = None
     p: Optional[float] = None
@@ -80,7 +80,7 @@ class ModuleScalingOverride(BaseModel):
 
 
 class ScalingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     rule: ScalingRule = "none"
     p: Optional[float] = None
@@ -155,7 +155,7 @@ class ScalingConfig(BaseModel):
 
 class ArchConfig(BaseModel):
     """The HRM architecture (DESIGN.md, "Model (hrm)")."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "hrm_v1"
     hidden_size: int = 512

@@ -36,14 +36,28 @@ def compiled_segment(model):
     return torch.compile(model.segment, dynamic=False)
 
 
-@torch.inference_mode()
+class EvaluationStopped(RuntimeError):
+    """`evaluate`'s `stop` said so after a batch, on every rank alike; nothing was kept."""
+
+
 def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, progress: bool = False,
-             segment=None):
+             segment=None, stop=None):
     """Run every test batch through `loss_head.evaluate`; returns (metrics averaged per counted row,
     this rank's prediction arrays or None). Collective: every rank must call it. ``segment``: a
-    compiled segment (`compiled_segment`) for `HRM.predict`; every batch is then run at full size."""
+    compiled segment (`compiled_segment`) for `HRM.predict`; every batch is then run at full size.
+    ``stop``: called after each batch (a collective, so that every rank gives the same answer);
+    True raises EvaluationStopped (training's SIGTERM: a pass over the whole test split can outlast
+    the scheduler's grace period)."""
     was_training = loss_head.training
     loss_head.eval()
+    try:
+        return _evaluate(loss_head, batches, info, keep_predictions, progress, segment, stop)
+    finally:
+        loss_head.train(was_training)
+
+
+@torch.inference_mode()
+def _evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool, progress: bool, segment, stop):
     sums = None
     keys: list[str] = []
     parts: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "preds": [], "q_halt_logits": []}
@@ -75,7 +89,8 @@ def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, 
             parts["inputs"].append(batch["inputs"].to(torch.uint8).cpu().numpy())
             parts["preds"].append(outputs["preds"].to(torch.uint8).cpu().numpy())
             parts["q_halt_logits"].append(outputs["q_halt_logits"].float().cpu().numpy())
-    loss_head.train(was_training)
+        if stop is not None and stop():
+            raise EvaluationStopped("evaluation stopped before the end of the test split")
     result = {}
     if sums is not None:
         totals = all_reduce_sum_(sums, info).tolist()

@@ -84,7 +84,9 @@ class HRM(nn.Module):
         self.puzzle_tokens = arch.puzzle_tokens
         self.embed_scale = math.sqrt(hidden)
         # Construction order = order of random draws; it matches the published HRM, so the same
-        # seed gives the same initial weights (a test pins it).
+        # seed gives the same initial weights (a test pins it). H_init / L_init are drawn in float32
+        # and cast; the original draws them in forward_dtype, so under bfloat16 a few of their
+        # values differ from its (same stream, bf16 rounding of the draw).
         self.token_embedding = Embedding(vocab_size, hidden, init_std=1.0 / self.embed_scale)
         self.lm_head = Linear(hidden, vocab_size)
         self.q_head = Linear(hidden, 2, bias=True)

@@ -17,13 +17,13 @@ from hrm.config import ArchConfig
 
 
 class WandbConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     mode: Literal["auto", "online", "offline", "disabled"] = "auto"
     entity: Optional[str] = None
 
 
 class PretrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     arch: ArchConfig
     data_path: str

@@ -6,8 +6,8 @@ continues that run as it was (its arch, build, batch, schedule), and `resume=<ru
 changes only what it names. Exceptions, always from this start's config:
 - the settings that name this start (`resume`, `run_name`, `checkpoint_path`, `project_name`):
   a branch from another run's checkpoint writes where its command line says; but a run continued
-  in its own folder (neither run_name nor checkpoint_path given) keeps its project_name too, as it
-  keeps its run name: one W&B run, in its project;
+  in its own folder (no run_name given, and no checkpoint_path or the run's own folder) keeps its
+  project_name too, as it keeps its run name: one W&B run, in its project;
 - the machine (`device`, `compile`, `compile_eval`): a CPU run continued on GPUs runs on them.
 
 The Trainer's own checks still refuse an architecture, build or batch order given on the command
@@ -146,8 +146,7 @@ def resume_with_saved_settings(composed: dict, task_overrides: list[str], tag: s
     from hrm.pretrain_config import PretrainConfig
     given = given_keys(task_overrides)
     merged, changed = with_saved_settings(composed, known_settings(PretrainConfig, saved), given)
-    in_place = not (composed.get("run_name") or composed.get("checkpoint_path"))   # the Trainer writes into its folder
-    if (in_place and "project_name" not in given and "project_name" in saved
+    if (continued_in_place(composed, checkpoint, tag) and "project_name" not in given and "project_name" in saved
             and saved["project_name"] != composed.get("project_name")):
         merged["project_name"] = saved.get("project_name")
         changed.append("project_name")
@@ -156,6 +155,19 @@ def resume_with_saved_settings(composed: dict, task_overrides: list[str], tag: s
     return merged, (f"resume: settings the command line does not give are the run's own, saved in {checkpoint}: "
                     f"{describe(changed, merged)} (the config files say otherwise); give a setting on the command "
                     f"line to change it")
+
+
+def continued_in_place(config: dict, checkpoint: Path, tag: str = "") -> bool:
+    """Whether the run continues in the checkpoint's own folder under the name it started with, as
+    Trainer._resume decides it: no run_name given, and no checkpoint_path or the checkpoint's own
+    folder (a sweep job's: <checkpoint_path>/<tag>)."""
+    if config.get("run_name"):
+        return False
+    if not config.get("checkpoint_path"):
+        return True     # the Trainer writes into the folder of the checkpoint it found
+    from hrm.train import run_folder
+    folder = run_folder(config.get("project_name"), "", config["checkpoint_path"], str(config.get("data_path")), tag)
+    return folder.resolve() == checkpoint.parent.resolve()
 
 
 def describe(changed: list[str], merged: dict, shown: int = 8) -> str:

@@ -32,7 +32,8 @@ from arc_data.manifest import build_identity
 from hrm.diagnostics import visit_alignment
 from hrm.distributed import (DistInfo, agree_on_outcome, all_reduce_grads_, all_reduce_sum_, broadcast_module_,
                              broadcast_object, switch_on)
-from hrm.evaluation import compiled_segment, evaluate, score_predictions, to_device, write_predictions
+from hrm.evaluation import (EvaluationStopped, compiled_segment, evaluate, score_predictions, to_device,
+                            write_predictions)
 from hrm.loss import ACTLossHead
 from hrm.model import HRM, Carry
 from hrm.optim import AdamATan2
@@ -61,7 +62,8 @@ class TrainingStopped(RuntimeError):
 class StopOnSigterm:
     """While training, SIGTERM asks for a stop instead of killing the process: the flag is read at
     the end of each step (summed over ranks with the step's metrics, so every rank stops after the
-    same step), and the run saves that step and stops (fit raises TrainingStopped). Schedulers send
+    same step) and after each evaluation batch, and the run saves that step and stops (fit raises
+    TrainingStopped; an evaluation cut short runs again on resume). Schedulers send
     SIGTERM some seconds before SIGKILL (SLURM: KillWait, 30 s by default; torchrun also waits 30 s
     after passing it on): one step and a save fit; hours since the last evaluation's checkpoint
     would be lost otherwise. A second SIGTERM kills at once, as before, unless it comes within
@@ -245,7 +247,7 @@ class Trainer:
         self.run_lock = None    # rank 0's hold on the run folder (hrm/run_lock.py), taken by _prepare
         self.sigterm = None     # fit's StopOnSigterm; train_step sums its flag over the ranks
         self.stop_after_step = False   # a SIGTERM on some rank: stop after this step (train_step)
-        self.sigterm_at_end = False    # one during the run's last evaluation or save (fit's summary)
+        self.sigterm_at_end = False    # one during the run's last save (fit's summary)
         try:
             resumed_from = agree_on_outcome(self._prepare, info)
         except BaseException:   # refused (here or on another rank): the folder is left as it was found
@@ -523,8 +525,10 @@ class Trainer:
         cfg, info = self.config, self.info
         batches = EvalBatches(self.test_split, global_batch_size=cfg.eval_batch_size or cfg.global_batch_size,
                               rank=info.rank, world_size=info.world_size)
+        # under fit, a SIGTERM stops the pass after the batch it comes in (EvaluationStopped)
+        stop = self.sigterm_on_any_rank if self.sigterm is not None else None
         metrics, arrays = evaluate(self.loss_head, batches, info, keep_predictions=cfg.eval_save_predictions,
-                                   progress=self.progress, segment=self.eval_segment)
+                                   progress=self.progress, segment=self.eval_segment, stop=stop)
         self.evaluated_iterations = self.reader.iteration
         self.final_evaluation_pending = False
         if arrays is not None:
@@ -587,16 +591,24 @@ class Trainer:
 
     def _train(self, bar: tqdm) -> dict:
         """The loop: steps, evaluations and checkpoints until the run's end, or until a SIGTERM
-        stops it after a step (saved, then TrainingStopped). Returns the last evaluation's metrics."""
+        stops it after a step or an evaluation's batch (saved, then TrainingStopped). Returns the
+        last evaluation's metrics."""
         cfg, info = self.config, self.info
         last_eval: dict = {}
         saved_at = None
+
+        def evaluation() -> dict:
+            try:
+                return self.run_evaluation()
+            except EvaluationStopped:   # SIGTERM: this step is saved with its evaluation still to run
+                self.stop_for_sigterm(saved_at)
+
         if self.evaluated_iterations < self.reader.iteration or (self.final_evaluation_pending
                                                                  and self.step >= self.stop_step):
             # resumed from a checkpoint taken on an iteration's last batch, or a SIGTERM's on the
-            # run's last step, before its evaluation: run that evaluation now, where the
-            # uninterrupted run did
-            last_eval = self.run_evaluation()
+            # run's last step or during an evaluation, before that evaluation: run it now, where
+            # the uninterrupted run did
+            last_eval = evaluation()
             if cfg.checkpoint_every_eval:
                 self.save()
                 saved_at = self.step
@@ -616,26 +628,33 @@ class Trainer:
                     saved_at = self.step
                 if self.stop_after_step:
                     # on an iteration's or the run's last batch too, before the evaluation (the whole
-                    # test split can outlast the scheduler's grace period): resuming runs it; the run's
-                    # last step is saved again with that noted (a checkpoint_interval save lacks it)
-                    self.final_evaluation_pending = self.step >= self.stop_step
-                    saved = self.save() if saved_at != self.step or self.final_evaluation_pending \
-                        else self.run_dir / f"step_{self.step}"
-                    if info.is_main:    # for scripts/run_status.py: a stopped run, not one still going
-                        self.log.log({"stopped": 1}, step=self.step)
-                    raise TrainingStopped(self.step, saved, self.run_dir)
+                    # test split can outlast the scheduler's grace period): resuming runs it
+                    self.stop_for_sigterm(saved_at)
                 if self.step >= self.stop_step:
                     break
-            last_eval = self.run_evaluation()
+            last_eval = evaluation()
             if cfg.checkpoint_every_eval:
                 self.save()
                 saved_at = self.step
         if saved_at != self.step:  # the end of a run is always resumable and predictable
             self.save()
-        # a SIGTERM during the last evaluation or save: the run is complete, but a sweep must not
-        # start its next job (pretrain.py reads this); agreed, as every rank decides that alike
+        # a SIGTERM during the last save (or the last batch of the last evaluation): the run is
+        # complete, but a sweep must not start its next job (pretrain.py reads this); agreed, as
+        # every rank decides that alike
         self.sigterm_at_end = self.sigterm_on_any_rank()
         return last_eval
+
+    def stop_for_sigterm(self, saved_at: int | None) -> None:
+        """Save this step (unless `saved_at` it already is) and raise TrainingStopped: after a step,
+        or during an evaluation, which resuming runs again (evaluated_iterations is not advanced).
+        The run's last step is saved again with its evaluation noted as pending (a
+        checkpoint_interval save lacks that)."""
+        self.final_evaluation_pending = self.step >= self.stop_step
+        saved = self.save() if saved_at != self.step or self.final_evaluation_pending \
+            else self.run_dir / f"step_{self.step}"
+        if self.info.is_main:    # for scripts/run_status.py: a stopped run, not one still going
+            self.log.log({"stopped": 1}, step=self.step)
+        raise TrainingStopped(self.step, saved, self.run_dir)
 
     def sigterm_on_any_rank(self) -> bool:
         """Whether fit's SIGTERM handler was called on some rank (collective)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from hrm.checkpoint import CheckpointError, load_state_strict, read_torch_file, save_model
+from hrm.checkpoint import CheckpointError, load_state_strict, read_torch_file, recorded_build, save_model
 from hrm.distributed import DistInfo, barrier
 from hrm.model import Carry
 
@@ -261,7 +261,7 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
     if not isinstance(trainer, dict) or trainer.get("format") != FORMAT:
         raise CheckpointError(f"{step_dir / 'trainer.pt'}: not a {FORMAT} checkpoint")
     if check_config is not None:
-        check_config(trainer["config"], trainer.get("data"))
+        check_config(trainer["config"], recorded_build(trainer.get("data"), step_dir / "trainer.pt"))
     weights = read_torch_file(step_dir / "model.pt", hint)
     load_state_strict(model, weights["state"])
     if set(trainer["optimizers"]) != set(optimizers):

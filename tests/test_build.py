@@ -272,6 +272,19 @@ def test_verify_detects_missing_and_extra_files(verified_build, tmp_path, capsys
     assert "missing: test/all__labels.npy" in out and "extra: train/notes.txt" in out
 
 
+@pytest.mark.parametrize("manifest", [
+    [],
+    {"digest": "x", "settings": {}, "sources": [], "files": {"a": {"sha256": "x"}}},
+    {"digest": "x", "settings": {}, "sources": [{}], "files": {}},
+    {"digest": "x", "settings": {}, "sources": [], "files": ["a"]},
+], ids=["not-an-object", "entry-without-size", "source-without-kind", "files-a-list"])
+def test_verify_names_a_malformed_manifest(tmp_path, capsys, manifest):
+    (tmp_path / "a").write_text("hi\n")
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert build_arc.main(["--verify", str(tmp_path)]) == 2
+    assert f"{tmp_path / 'manifest.json'}:" in capsys.readouterr().err
+
+
 def test_npy_header_matches_numpy(tmp_path):
     from arc_data.writer import npy_header
     for shape in [(0, 900), (1, 900), (123457, 900), (7,)]:
@@ -279,6 +292,42 @@ def test_npy_header_matches_numpy(tmp_path):
         head = npy_header(np.uint8, shape)
         assert (tmp_path / "x.npy").read_bytes()[:len(head)] == head
 
+
+def test_hidden_json_files_are_not_tasks(tmp_path):
+    """The reference lists tasks with glob("*.json"), which skips dotfiles (macOS's `._x.json`)."""
+    from arc_data.sources import load_task_folder
+    write_task(tmp_path / "src" / "training", "a", small_task(0))
+    write_task(tmp_path / "src" / "training", ".b", small_task(1))
+    (tmp_path / "src" / "training" / "._a.json").write_bytes(b"\x00\x05\x16\x07Mac OS X")
+    source = load_task_folder(tmp_path / "src")
+    assert [t.name for _, tasks in source.subsets for t in tasks] == ["a"]
+
+
+def test_rows_stay_in_order_when_an_io_thread_is_delayed(tmp_path, monkeypatch):
+    """Each file's chunks are written in order even if the thread writing one chunk is held up
+    (a descheduled thread): another I/O thread must not take that file's next chunk meanwhile."""
+    import threading
+    import time
+
+    from arc_data import writer
+    monkeypatch.setattr(writer, "CHUNK_ROWS", 4)
+    original, calls = writer.HashingFile.write, {}
+
+    def slow_first_inputs_chunk(self, data):
+        calls[self.path] = calls.get(self.path, 0) + 1
+        if calls[self.path] == 2 and self.path.name == "i.npy" and threading.current_thread() is not threading.main_thread():
+            time.sleep(0.3)  # the header was call 1; this is the first chunk of rows
+        original(self, data)
+    monkeypatch.setattr(writer.HashingFile, "write", slow_first_inputs_chunk)
+
+    def render(first, count, inputs, labels):
+        inputs[:count] = np.arange(first, first + count)[:, None]
+        labels[:count] = 200 - np.arange(first, first + count)[:, None]
+    n = 6 * 4
+    entries = writer.write_token_rows(tmp_path / "i.npy", tmp_path / "l.npy", n, render)
+    assert (np.load(tmp_path / "i.npy")[:, 0] == np.arange(n)).all()
+    assert (np.load(tmp_path / "l.npy")[:, 0] == 200 - np.arange(n)).all()
+    assert [e["sha256"] for e in entries] == [sha256(tmp_path / "i.npy"), sha256(tmp_path / "l.npy")]
 
 def test_limit_tasks_equals_a_build_of_the_first_tasks_only(tmp_path):
     full, first = tmp_path / "full", tmp_path / "first"

@@ -76,6 +76,10 @@ def test_hydra_override_of_one_module_exponent():
     (dict(scaling=dict(rule="deeploop", H=dict(rule="custom"))), "scaling.H.p is required"),
     (dict(scaling=dict(depth_count="all")), "depth_count"),
     (dict(scaling=dict(c=0)), "scaling.c must be > 0"),
+    # a non-finite exponent would make alpha and beta nan or inf: the run diverges at its first step
+    (dict(scaling=dict(rule="custom", p=float("nan"))), r"scaling.p\n  Input should be a finite number"),
+    (dict(scaling=dict(rule="deeploop", H=dict(p=float("inf")))), r"scaling.H.p\n  Input should be a finite number"),
+    (dict(rope_theta=float("inf")), r"rope_theta\n  Input should be a finite number"),
     (dict(scaling=dict(H=dict(q=1))), "q"),
     (dict(scaling=dict(rule="sqrt")), "rule"),
     # a setting no module's rule reads would be ignored without a word, as p would

@@ -280,6 +280,27 @@ def test_a_build_other_than_the_training_one_is_refused(small_build, tmp_path, c
     assert predict.main([f"checkpoint={step}", f"data_path={small_build}", "batch_size=16"]) == 0
 
 
+def test_a_malformed_record_of_the_training_build_is_refused_by_name(small_build, tmp_path, capsys):
+    """A hand-edited checkpoint whose record of its build lacks identifiers_sha256: predict.py and
+    resume name the file (they raised KeyError in the build check)."""
+    from hrm.distributed import DistInfo
+    from hrm.train import Trainer
+    from tests.test_train import micro_config
+    cpu = DistInfo(0, 1, 0, torch.device("cpu"))
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, eval_save_predictions=False), cpu,
+            progress=False).fit()
+    step = tmp_path / "run" / "step_1"
+    for name, data in (("model.pt", lambda f: f["extra"]), ("trainer.pt", lambda f: f)):
+        contents = torch.load(step / name, weights_only=True)
+        data(contents)["data"] = {"digest": None}
+        torch.save(contents, step / name)
+    assert predict.main([f"checkpoint={step}", "batch_size=16"]) == 2
+    err = one_line_error(capsys)
+    assert f"{step / 'model.pt'}: its record of the build it was trained on ('data') is not" in err
+    with pytest.raises(ValueError, match=f"{step / 'trainer.pt'}: its record of the build"):
+        Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest"), cpu, progress=False)
+
+
 def test_compiled_segment_evaluation_is_one_graph_and_matches_eager(small_build, tmp_path, monkeypatch):
     """predict.py compile=true (what training's evaluation does under compile): every batch, the
     padded last one included, and every segment reuse one graph (first segment's start states too),

@@ -110,7 +110,8 @@ def test_a_nested_key_deleted_on_the_command_line_stays_deleted():
 
 def test_a_run_continued_in_its_folder_keeps_its_project(small_build, tmp_path):
     """resume=<run folder> alone continues that run in place, under its name: its project_name too
-    (W&B's run is found by project and id). A branch (run_name=, checkpoint_path=) names its own."""
+    (W&B's run is found by project and id), also with checkpoint_path=<its folder>. A branch
+    (run_name=, checkpoint_path=<another folder>) names its own."""
     from hrm.resume_settings import resume_with_saved_settings
     step = tmp_path / "run" / "step_1"
     step.mkdir(parents=True)
@@ -122,6 +123,10 @@ def test_a_run_continued_in_its_folder_keeps_its_project(small_build, tmp_path):
         merged, _ = resume_with_saved_settings(compose(f"resume={step.parent}", branch),
                                                [f"resume={step.parent}", branch])
         assert merged["project_name"] is None, branch
+    # checkpoint_path= the run's own folder continues it in place, as the Trainer does (it keeps the run's name)
+    merged, _ = resume_with_saved_settings(compose("resume=latest", f"checkpoint_path={step.parent}"),
+                                           ["resume=latest", f"checkpoint_path={step.parent}"])
+    assert merged["project_name"] == "mine"
     merged, _ = resume_with_saved_settings(compose(f"resume={step.parent}", "project_name=new"),
                                            [f"resume={step.parent}", "project_name=new"])
     assert merged["project_name"] == "new"

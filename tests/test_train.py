@@ -71,6 +71,8 @@ def test_presets_compose_and_overrides_reach_the_model(small_build):
     (["data_path=/nonexistent/build"], "data_path"),
     (["eval_interval=7"], "eval_interval"),
     (["grad_accum_steps=0"], "grad_accum_steps"),
+    (["weight_decay=inf"], "weight_decay"),          # Hydra reads inf and nan as floats
+    (["arch=hrm_deeploop", "arch.scaling.p=nan"], "arch.scaling.p"),
 ])
 def test_bad_config_names_the_field(small_build, overrides, field):
     from pydantic import ValidationError
@@ -533,20 +535,57 @@ def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it
     assert again["eval"] == {} and len(eval_records(run)) == 1     # done once: the run is finished
 
 
-def test_a_sweep_stops_at_a_sigterm_during_a_jobs_last_evaluation(small_build, tmp_path):
+@pytest.mark.parametrize("during_step", [6, 8], ids=["mid-run", "last"])
+def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_step, small_build, tmp_path):
+    """The whole test split can outlast the scheduler's grace period: a SIGTERM during the
+    evaluation at step 6 (an iteration's end) or 8 (the run's) stops it after the batch in progress,
+    saves that step and stops; the resumed run evaluates there again and goes on as the
+    uninterrupted run did (same evaluations, same losses)."""
+    settings = dict(global_batch_size=8, seed=3, epochs=2, eval_interval=1, max_steps=8, keep_checkpoints=0,
+                    eval_save_predictions=False)
+    straight = Trainer(micro_config(small_build, tmp_path / "straight", **settings), CPU, progress=False)
+    straight.fit()
+    assert [step for step, _ in eval_records(tmp_path / "straight")] == [6, 8]
+
+    run = tmp_path / "run"
+    stopping = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    batches = []
+    evaluate_batch = stopping.loss_head.evaluate
+
+    def evaluate_signalled(*args):
+        if stopping.step == during_step:
+            batches.append(len(batches))
+            if len(batches) == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate_batch(*args)
+    stopping.loss_head.evaluate = evaluate_signalled
+    with pytest.raises(TrainingStopped, match=f"stopped by SIGTERM at step {during_step}, saved as "
+                                              f"{run / f'step_{during_step}'}"):
+        stopping.fit()
+    assert batches == [0]          # stopped after the first batch, not at the end of the test split
+    assert [step for step, _ in eval_records(run)] == [6] * (during_step == 8)
+    assert (run / "latest").read_text() == f"step_{during_step}" and stopping.loss_head.training
+
+    resumed = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False)
+    resumed.fit()
+    assert eval_records(run) == eval_records(tmp_path / "straight")
+    assert resumed.history == [(s, loss) for s, loss in straight.history if s > during_step]
+
+
+def test_a_sweep_stops_at_a_sigterm_during_a_jobs_last_save(small_build, tmp_path):
     """The job is complete then, but the sweep must not start its next job (the scheduler's SIGKILL
     would cut it): exit 143, naming the sweep's run_name for resume=latest, which continues it."""
-    wrapper = tmp_path / "sigterm_in_first_evaluation.py"
+    wrapper = tmp_path / "sigterm_in_first_save.py"
     wrapper.write_text(f"""import os, runpy, signal, sys
 sys.path.insert(0, {str(ROOT)!r})
 from hrm.train import Trainer
-evaluate = Trainer.run_evaluation
-def run_evaluation(self):
+save = Trainer.save
+def first_save_signalled(self):
     if not getattr(Trainer, "sent", False):
         Trainer.sent = True
         os.kill(os.getpid(), signal.SIGTERM)
-    return evaluate(self)
-Trainer.run_evaluation = run_evaluation
+    return save(self)
+Trainer.save = first_save_signalled
 sys.argv[0] = {str(ROOT / "pretrain.py")!r}
 runpy.run_path(sys.argv[0], run_name="__main__")
 """)
