@@ -81,6 +81,9 @@ def main(argv=None) -> int:
         except (FileNotFoundError, ValueError) as e:
             print(f"build_arc.py: error: {e}", file=sys.stderr)
             return EXIT_BAD_INPUT
+        except OSError as e:   # a file of the build it may not read
+            print(f"build_arc.py: error: {e.filename or build_dir}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         for line in problems:
             print(line)
         print(f"{build_dir}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
@@ -99,6 +102,10 @@ def main(argv=None) -> int:
             summary = build(cfg, progress=not args.quiet)
     except (BuildInputError, FileExistsError) as e:
         print(f"build_arc.py: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as e:   # a source it may not read, a full disk: build() has removed its temporary folder
+        print(f"build_arc.py: error: {e.filename or cfg.output_dir}: {e.strerror or e}; the unfinished build was "
+              f"removed", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:   # Ctrl-C: build() has removed its temporary folder; one line, no traceback
         print("\nbuild_arc.py: interrupted; the unfinished build was removed", file=sys.stderr)

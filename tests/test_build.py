@@ -202,6 +202,24 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path, capsys, case):
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
+def test_a_disk_error_while_writing_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    """A full disk (or any OSError) mid-build: exit 2 with one line naming the build, no traceback,
+    and no temporary folder left behind."""
+    from arc_data import writer
+
+    def disk_full(self, data):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(writer.HashingFile, "write", disk_full)
+    write_task(tmp_path / "src" / "training", "good", small_task(0))
+    out = tmp_path / "b"
+    assert build_arc.main(["--source-dir", str(tmp_path / "src"), "--num-aug", "2", "--output-dir", str(out),
+                           "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"\nbuild_arc.py: error: {out}: No space left on device; the unfinished build was "
+                        f"removed\n") and "Traceback" not in err, err
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
 def test_same_task_name_from_two_sources_is_refused(tmp_path, capsys):
     write_task(tmp_path / "one" / "training", "dup", small_task(0))
     write_task(tmp_path / "two" / "concept", "dup", small_task(1))
