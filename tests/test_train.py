@@ -484,6 +484,24 @@ def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
     assert resumed == expected  # identical floats, step for step
 
 
+# A run of two iterations: batch 8, seed 3, the 6th batch is the last of the first epoch (=
+# iteration) and ends exactly at its end, so the reader position saved with it already points to
+# the next iteration; evaluations at steps 6 and 8.
+TWO_ITERATIONS = dict(global_batch_size=8, seed=3, epochs=2, eval_interval=1, max_steps=8, keep_checkpoints=0,
+                      eval_save_predictions=False)
+
+
+@pytest.fixture(scope="module")
+def two_iterations(small_build, tmp_path_factory) -> tuple[Path, list]:
+    """The uninterrupted TWO_ITERATIONS run that the tests which stop and resume one compare with:
+    (its folder, its (step, loss) history)."""
+    run = tmp_path_factory.mktemp("straight") / "run"
+    trainer = Trainer(micro_config(small_build, run, **TWO_ITERATIONS), CPU, progress=False)
+    trainer.fit()
+    assert [step for step, _ in eval_records(run)] == [6, 8]
+    return run, trainer.history
+
+
 def sigterm_when(trainer: Trainer, method: str, condition) -> None:
     """Make `trainer.<method>` send this process SIGTERM (to fit's handler) when `condition(trainer)` holds."""
     original = getattr(trainer, method)
@@ -495,60 +513,56 @@ def sigterm_when(trainer: Trainer, method: str, condition) -> None:
     setattr(trainer, method, patched)
 
 
-def test_sigterm_mid_run_saves_that_step_and_resume_reproduces_the_losses(small_build, tmp_path):
+def test_sigterm_mid_run_saves_that_step_and_resume_reproduces_the_losses(small_build, two_iterations, tmp_path):
     """A scheduler's SIGTERM during step 5 of 8: step 5 is saved, the run stops (run_status.py says
     so), and the resumed run's losses equal the uninterrupted run's, step for step. (pretrain.py's
     line and exit 143: test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_saved.)"""
     from scripts import run_status
-    settings = dict(max_steps=8, eval_save_predictions=False)
-    Trainer(micro_config(small_build, tmp_path / "straight", **settings), CPU, progress=False).fit()
+    straight, _ = two_iterations
     run = tmp_path / "run"
-    stopping = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    stopping = Trainer(micro_config(small_build, run, **TWO_ITERATIONS), CPU, progress=False)
     sigterm_when(stopping, "train_step", lambda t: t.step == 4)      # the step that makes step 5
     with pytest.raises(TrainingStopped, match=f"stopped by SIGTERM at step 5, saved as {run / 'step_5'}: "
                                               f"continue with resume={run}"):
         stopping.fit()
     assert (run / "latest").read_text() == "step_5" and eval_records(run) == []
     assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] == 5
-    Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
-    assert losses_by_step(run) == losses_by_step(tmp_path / "straight")     # identical floats
-    assert eval_records(run) == eval_records(tmp_path / "straight")
+    Trainer(micro_config(small_build, run, resume="latest", **TWO_ITERATIONS), CPU, progress=False).fit()
+    assert losses_by_step(run) == losses_by_step(straight)     # identical floats
+    assert eval_records(run) == eval_records(straight)
     assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] is None
 
 
-def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it(small_build, tmp_path):
+def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it(small_build, two_iterations,
+                                                                                 tmp_path):
     """The run's last evaluation is a pass over the whole test split, which can outlast the
     scheduler's grace period: a SIGTERM in the last step saves that step first and stops (exit 143),
     as on any other step, and the resumed run runs the evaluation the uninterrupted run did."""
-    settings = dict(max_steps=4, eval_save_predictions=False, checkpoint_interval=2)   # step_4 saved before it too
-    Trainer(micro_config(small_build, tmp_path / "straight", **settings), CPU, progress=False).fit()
+    straight, _ = two_iterations
     run = tmp_path / "run"
+    settings = dict(TWO_ITERATIONS, checkpoint_interval=8)    # step_8 saved before the stop too
     stopping = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
-    sigterm_when(stopping, "train_step", lambda t: t.step == 3)      # the step that makes step 4
-    with pytest.raises(TrainingStopped, match="stopped by SIGTERM at step 4"):
+    sigterm_when(stopping, "train_step", lambda t: t.step == 7)      # the step that makes step 8
+    with pytest.raises(TrainingStopped, match="stopped by SIGTERM at step 8"):
         stopping.fit()
-    assert eval_records(run) == [] and (run / "latest").read_text() == "step_4"
+    assert [step for step, _ in eval_records(run)] == [6] and (run / "latest").read_text() == "step_8"
     summary = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
     assert summary["steps_run"] == 0 and summary["eval"] and not summary["sigterm"]
-    assert eval_records(run) == eval_records(tmp_path / "straight")
+    assert eval_records(run) == eval_records(straight)
     again = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
-    assert again["eval"] == {} and len(eval_records(run)) == 1     # done once: the run is finished
+    assert again["eval"] == {} and len(eval_records(run)) == 2     # done once: the run is finished
 
 
 @pytest.mark.parametrize("during_step", [6, 8], ids=["mid-run", "last"])
-def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_step, small_build, tmp_path):
+def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_step, small_build, two_iterations,
+                                                                        tmp_path):
     """The whole test split can outlast the scheduler's grace period: a SIGTERM during the
     evaluation at step 6 (an iteration's end) or 8 (the run's) stops it after the batch in progress,
     saves that step and stops; the resumed run evaluates there again and goes on as the
     uninterrupted run did (same evaluations, same losses)."""
-    settings = dict(global_batch_size=8, seed=3, epochs=2, eval_interval=1, max_steps=8, keep_checkpoints=0,
-                    eval_save_predictions=False)
-    straight = Trainer(micro_config(small_build, tmp_path / "straight", **settings), CPU, progress=False)
-    straight.fit()
-    assert [step for step, _ in eval_records(tmp_path / "straight")] == [6, 8]
-
+    straight, history = two_iterations
     run = tmp_path / "run"
-    stopping = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    stopping = Trainer(micro_config(small_build, run, **TWO_ITERATIONS), CPU, progress=False)
     batches = []
     evaluate_batch = stopping.loss_head.evaluate
 
@@ -566,10 +580,10 @@ def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_s
     assert [step for step, _ in eval_records(run)] == [6] * (during_step == 8)
     assert (run / "latest").read_text() == f"step_{during_step}" and stopping.loss_head.training
 
-    resumed = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False)
+    resumed = Trainer(micro_config(small_build, run, resume="latest", **TWO_ITERATIONS), CPU, progress=False)
     resumed.fit()
-    assert eval_records(run) == eval_records(tmp_path / "straight")
-    assert resumed.history == [(s, loss) for s, loss in straight.history if s > during_step]
+    assert eval_records(run) == eval_records(straight)
+    assert resumed.history == [(s, loss) for s, loss in history if s > during_step]
 
 
 def test_a_sweep_stops_at_a_sigterm_during_a_jobs_last_save(small_build, tmp_path):
@@ -738,17 +752,10 @@ def eval_records(run_dir: Path) -> list[tuple[int, float]]:
             if "eval/lm_loss" in r]
 
 
-def test_resume_runs_the_evaluation_a_crash_skipped_at_an_iteration_end(small_build, tmp_path):
-    # batch 8, seed 3: the 6th batch is the last of the first epoch (= iteration) and ends exactly at
-    # its end, so the reader position saved with it already points to the next iteration
-    settings = dict(global_batch_size=8, seed=3, epochs=2, eval_interval=1, max_steps=8, keep_checkpoints=0,
-                    eval_save_predictions=False)
-    straight = Trainer(micro_config(small_build, tmp_path / "straight", **settings), CPU, progress=False)
-    straight.fit()
-    assert [step for step, _ in eval_records(tmp_path / "straight")] == [6, 8]
-
+def test_resume_runs_the_evaluation_a_crash_skipped_at_an_iteration_end(small_build, two_iterations, tmp_path):
+    straight, history = two_iterations
     run = tmp_path / "crashed"
-    crashing = Trainer(micro_config(small_build, run, checkpoint_interval=6, **settings), CPU, progress=False)
+    crashing = Trainer(micro_config(small_build, run, checkpoint_interval=6, **TWO_ITERATIONS), CPU, progress=False)
 
     def crash():
         raise KeyboardInterrupt("killed before the evaluation")
@@ -758,11 +765,11 @@ def test_resume_runs_the_evaluation_a_crash_skipped_at_an_iteration_end(small_bu
     saved = torch.load(run / "step_6" / "trainer.pt", weights_only=True)
     assert saved["reader"]["epoch"] == 1 and saved["evaluated_iterations"] == 0   # the case under test
 
-    resumed = Trainer(micro_config(small_build, run, checkpoint_interval=6, resume="latest", **settings), CPU,
+    resumed = Trainer(micro_config(small_build, run, checkpoint_interval=6, resume="latest", **TWO_ITERATIONS), CPU,
                       progress=False)
     resumed.fit()
-    assert eval_records(run) == eval_records(tmp_path / "straight")   # same evaluations, same numbers
-    assert resumed.history == [(s, loss) for s, loss in straight.history if s > 6]
+    assert eval_records(run) == eval_records(straight)   # same evaluations, same numbers
+    assert resumed.history == [(s, loss) for s, loss in history if s > 6]
 
 
 def test_a_resumed_carry_takes_the_compute_dtype_of_the_new_run(small_build, tmp_path):
