@@ -624,6 +624,9 @@ class Trainer:
                     if cfg.diagnostics_interval and self.step % cfg.diagnostics_interval == 0:
                         self.log.log(self.alignment_record(batch), step=self.step)
                 if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0:
+                    # the run's last step saved before its evaluation: one resumed from it (after a
+                    # SIGKILL during that evaluation) runs it
+                    self.final_evaluation_pending = self.step >= self.stop_step
                     self.save()
                     saved_at = self.step
                 if self.stop_after_step:
@@ -646,12 +649,10 @@ class Trainer:
 
     def stop_for_sigterm(self, saved_at: int | None) -> None:
         """Save this step (unless `saved_at` it already is) and raise TrainingStopped: after a step,
-        or during an evaluation, which resuming runs again (evaluated_iterations is not advanced).
-        The run's last step is saved again with its evaluation noted as pending (a
-        checkpoint_interval save lacks that)."""
+        or during an evaluation, which resuming runs again (evaluated_iterations is not advanced;
+        on the run's last step, final_evaluation_pending says so)."""
         self.final_evaluation_pending = self.step >= self.stop_step
-        saved = self.save() if saved_at != self.step or self.final_evaluation_pending \
-            else self.run_dir / f"step_{self.step}"
+        saved = self.save() if saved_at != self.step else self.run_dir / f"step_{self.step}"
         if self.info.is_main:    # for scripts/run_status.py: a stopped run, not one still going
             self.log.log({"stopped": 1}, step=self.step)
         raise TrainingStopped(self.step, saved, self.run_dir)

@@ -752,24 +752,34 @@ def eval_records(run_dir: Path) -> list[tuple[int, float]]:
             if "eval/lm_loss" in r]
 
 
-def test_resume_runs_the_evaluation_a_crash_skipped_at_an_iteration_end(small_build, two_iterations, tmp_path):
+@pytest.mark.parametrize("crash_step", [6, 8], ids=["iteration-end", "run-end"])
+def test_resume_runs_the_evaluation_a_crash_skipped(crash_step, small_build, two_iterations, tmp_path):
+    """A crash (SIGKILL, a node lost) during the evaluation after a checkpoint_interval save of
+    the same step: the resumed run runs that evaluation, at an iteration's end (the saved reader
+    position already points to the next iteration) as at the run's (its last step)."""
     straight, history = two_iterations
     run = tmp_path / "crashed"
-    crashing = Trainer(micro_config(small_build, run, checkpoint_interval=6, **TWO_ITERATIONS), CPU, progress=False)
+    settings = dict(TWO_ITERATIONS, checkpoint_interval=crash_step)
+    crashing = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    evaluate = crashing.run_evaluation
 
     def crash():
-        raise KeyboardInterrupt("killed before the evaluation")
+        if crashing.step == crash_step:
+            raise KeyboardInterrupt("killed before the evaluation")
+        return evaluate()
     crashing.run_evaluation = crash
     with pytest.raises(KeyboardInterrupt):
         crashing.fit()
-    saved = torch.load(run / "step_6" / "trainer.pt", weights_only=True)
-    assert saved["reader"]["epoch"] == 1 and saved["evaluated_iterations"] == 0   # the case under test
+    saved = torch.load(run / f"step_{crash_step}" / "trainer.pt", weights_only=True)
+    if crash_step == 6:     # the cases under test
+        assert saved["reader"]["epoch"] == 1 and saved["evaluated_iterations"] == 0
+    else:
+        assert saved["final_evaluation_pending"] and saved["evaluated_iterations"] == saved["reader"]["epoch"] == 1
 
-    resumed = Trainer(micro_config(small_build, run, checkpoint_interval=6, resume="latest", **TWO_ITERATIONS), CPU,
-                      progress=False)
+    resumed = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False)
     resumed.fit()
     assert eval_records(run) == eval_records(straight)   # same evaluations, same numbers
-    assert resumed.history == [(s, loss) for s, loss in history if s > 6]
+    assert resumed.history == [(s, loss) for s, loss in history if s > crash_step]
 
 
 def test_a_resumed_carry_takes_the_compute_dtype_of_the_new_run(small_build, tmp_path):
