@@ -104,8 +104,8 @@ def main(argv=None) -> int:
         print(f"build_arc.py: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as e:   # a source it may not read, a full disk: build() has removed its temporary folder
-        print(f"build_arc.py: error: {e.filename or cfg.output_dir}: {e.strerror or e}; the unfinished build was "
-              f"removed", file=sys.stderr)
+        print(f"build_arc.py: error: {e.filename or cfg.output_dir}: {e.strerror or e} (no build was written)",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:   # Ctrl-C: build() has removed its temporary folder; one line, no traceback
         print("\nbuild_arc.py: interrupted; the unfinished build was removed", file=sys.stderr)

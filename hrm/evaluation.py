@@ -45,9 +45,9 @@ def evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool = True, 
     """Run every test batch through `loss_head.evaluate`; returns (metrics averaged per counted row,
     this rank's prediction arrays or None). Collective: every rank must call it. ``segment``: a
     compiled segment (`compiled_segment`) for `HRM.predict`; every batch is then run at full size.
-    ``stop``: called after each batch (a collective, so that every rank gives the same answer);
-    True raises EvaluationStopped (training's SIGTERM: a pass over the whole test split can outlast
-    the scheduler's grace period)."""
+    ``stop``: called after each batch but the last (a collective, so that every rank gives the same
+    answer); True raises EvaluationStopped (training's SIGTERM: a pass over the whole test split can
+    outlast the scheduler's grace period; a finished one is kept)."""
     was_training = loss_head.training
     loss_head.eval()
     try:
@@ -61,7 +61,8 @@ def _evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool, progre
     sums = None
     keys: list[str] = []
     parts: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "preds": [], "q_halt_logits": []}
-    for batch in tqdm(batches, desc="eval", unit="batch", disable=not (progress and info.is_main), leave=False):
+    for index, batch in enumerate(tqdm(batches, desc="eval", unit="batch", disable=not (progress and info.is_main),
+                                       leave=False)):
         # The reader pads the last batch with identical blank rows (identifier 0) at its end: one is
         # run, for all of them (unless compiled: another batch size would compile again), and one is
         # kept, either way. It has no labels, so it only counts towards q_halt_loss, where HRM scores
@@ -89,7 +90,7 @@ def _evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool, progre
             parts["inputs"].append(batch["inputs"].to(torch.uint8).cpu().numpy())
             parts["preds"].append(outputs["preds"].to(torch.uint8).cpu().numpy())
             parts["q_halt_logits"].append(outputs["q_halt_logits"].float().cpu().numpy())
-        if stop is not None and stop():
+        if stop is not None and index + 1 < len(batches) and stop():
             raise EvaluationStopped("evaluation stopped before the end of the test split")
     result = {}
     if sums is not None:

@@ -40,7 +40,7 @@ class PretrainConfig(BaseModel):
     weight_decay: float = Field(default=0.1, ge=0)
     puzzle_emb_lr: float = Field(default=1e-2, ge=0)
     puzzle_emb_weight_decay: float = Field(default=0.1, ge=0)
-    grad_clip: Optional[float] = Field(default=None, gt=0)
+    grad_clip: Optional[float] = Field(default=None, gt=0, allow_inf_nan=True)   # inf: no clipping, as null
     seed: int = 0
     max_steps: Optional[int] = Field(default=None, gt=0)
 

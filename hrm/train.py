@@ -525,8 +525,11 @@ class Trainer:
         cfg, info = self.config, self.info
         batches = EvalBatches(self.test_split, global_batch_size=cfg.eval_batch_size or cfg.global_batch_size,
                               rank=info.rank, world_size=info.world_size)
-        # under fit, a SIGTERM stops the pass after the batch it comes in (EvaluationStopped)
-        stop = self.sigterm_on_any_rank if self.sigterm is not None else None
+        # under fit, a SIGTERM stops the pass after the batch it comes in (EvaluationStopped); one
+        # process reads its flag without a device sync
+        stop = None
+        if self.sigterm is not None:
+            stop = self.sigterm_on_any_rank if info.world_size > 1 else (lambda: self.sigterm.requested)
         metrics, arrays = evaluate(self.loss_head, batches, info, keep_predictions=cfg.eval_save_predictions,
                                    progress=self.progress, segment=self.eval_segment, stop=stop)
         self.evaluated_iterations = self.reader.iteration
@@ -598,10 +601,17 @@ class Trainer:
         saved_at = None
 
         def evaluation() -> dict:
+            nonlocal saved_at
             try:
-                return self.run_evaluation()
+                metrics = self.run_evaluation()
             except EvaluationStopped:   # SIGTERM: this step is saved with its evaluation still to run
                 self.stop_for_sigterm(saved_at)
+            if saved_at == self.step:
+                # that save (checkpoint_interval's) recorded this evaluation as still to run: it no
+                # longer is, so the run's end saves again rather than leave a finished run that a
+                # resume would evaluate a second time
+                saved_at = None
+            return metrics
 
         if self.evaluated_iterations < self.reader.iteration or (self.final_evaluation_pending
                                                                  and self.step >= self.stop_step):
@@ -641,7 +651,7 @@ class Trainer:
                 saved_at = self.step
         if saved_at != self.step:  # the end of a run is always resumable and predictable
             self.save()
-        # a SIGTERM during the last save (or the last batch of the last evaluation): the run is
+        # a SIGTERM during the last batch of the last evaluation, or the last save: the run is
         # complete, but a sweep must not start its next job (pretrain.py reads this); agreed, as
         # every rank decides that alike
         self.sigterm_at_end = self.sigterm_on_any_rank()

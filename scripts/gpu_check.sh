@@ -47,7 +47,7 @@ RUN=${RUN:-checkpoints/gpu-check}
 if [ -n "${REHEARSE:-}" ]; then
     DEVICE=cpu V1=hrm_tiny DEEPLOOP=hrm_tiny COMPILE= SMOKE_BATCH=8 SMOKE_STEPS=2 WARMUP=1
     MODEL_BENCH=(--config cpu-bench --steps 1 --warmup 0 --batch 2)
-    SMOKE_ARCH="arch.hidden_size=32 arch.puzzle_emb_ndim=32 arch.halt_max_steps=2"   # the same phases, sooner
+    SMOKE_ARCH="arch.hidden_size=16 arch.num_heads=1 arch.puzzle_emb_ndim=16 arch.halt_max_steps=2"   # sooner
 else
     DEVICE=cuda V1=hrm_v1 DEEPLOOP=hrm_deeploop COMPILE=--compile SMOKE_BATCH=64 SMOKE_STEPS=20 WARMUP=5
     MODEL_BENCH=(--config hrm_v1 --steps 6 --warmup 2 --batch "$BATCH")

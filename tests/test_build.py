@@ -215,8 +215,8 @@ def test_a_disk_error_while_writing_is_one_line_and_leaves_nothing(tmp_path, cap
     assert build_arc.main(["--source-dir", str(tmp_path / "src"), "--num-aug", "2", "--output-dir", str(out),
                            "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.endswith(f"\nbuild_arc.py: error: {out}: No space left on device; the unfinished build was "
-                        f"removed\n") and "Traceback" not in err, err
+    assert err.endswith(f"\nbuild_arc.py: error: {out}: No space left on device (no build was written)\n") \
+        and "Traceback" not in err, err
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 

@@ -15,7 +15,8 @@ import yaml
 from scripts import compare
 from scripts.experiment_tools import ExperimentError, build_small, check_build, run_logged, step_failed
 
-MICRO = ["arch.hidden_size=32", "arch.puzzle_emb_ndim=32", "arch.expansion=2", "arch.halt_max_steps=2"]
+MICRO = ["arch.hidden_size=16", "arch.num_heads=1", "arch.puzzle_emb_ndim=16", "arch.expansion=2",
+         "arch.halt_max_steps=2"]
 
 
 def test_cpu_arms_differ_only_in_the_scaling():
@@ -222,7 +223,7 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
     for name in ("baseline", "deeploop"):
         fresh, old = table["arms"][name], report["arms"][name]
         assert {k: v for k, v in fresh.items() if k != "seconds"} == {k: v for k, v in old.items() if k != "seconds"}
-        assert "max_steps=2" in fresh["command"] and "arch.hidden_size=32" in fresh["command"]
+        assert "max_steps=2" in fresh["command"] and "arch.hidden_size=16" in fresh["command"]
         assert fresh["seconds"] == {"train": None, "predict": None, "vote": None}
     assert "--report from existing run folders" in again.with_suffix(".md").read_text()
 

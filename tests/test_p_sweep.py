@@ -21,7 +21,8 @@ from scripts.sweep_plot import (HEADER, FOOTER, PANEL_H, PANEL_W, SEED_COLOURS, 
                                 legend_height, place_legend)
 
 # a micro model (as tests/conftest.py's MICRO_ARCH) so a run costs seconds
-MICRO = ["arch.hidden_size=32", "arch.puzzle_emb_ndim=32", "arch.expansion=2", "arch.halt_max_steps=2"]
+MICRO = ["arch.hidden_size=16", "arch.num_heads=1", "arch.puzzle_emb_ndim=16", "arch.expansion=2",
+         "arch.halt_max_steps=2"]
 
 
 def test_parse_loops():

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, together
+from conftest import MICRO_ARCH, ROOT, together
 from hrm.checkpoint import CheckpointError
 from hrm.resume_settings import given_keys, known_settings, saved_config, with_saved_settings
 from hrm.train_checkpoint import FORMAT
@@ -177,7 +177,7 @@ def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, t
             f"arch=micro, data_path={small_build}, global_batch_size=8") in resumed.stderr, resumed.stderr
     assert sorted(losses_by_step(run)) == [1, 2, 3]
     config = yaml.safe_load((run / "all_config.yaml").read_text())
-    assert config["arch"]["hidden_size"] == 32 and config["max_steps"] == 3 and config["seed"] == 3
+    assert (config["arch"]["hidden_size"], config["max_steps"], config["seed"]) == (MICRO_ARCH["hidden_size"], 3, 3)
     assert os.listdir(workdir) == []            # nothing written where it ran
     for said, refusal in zip((f"resume={other / 'step_9'}: no such folder; the run folder {other} holds step_1: "
                               f"resume={other} continues from its newest",

@@ -58,6 +58,8 @@ def test_presets_compose_and_overrides_reach_the_model(small_build):
     cfg = PretrainConfig(**compose("arch=hrm_deeploop", f"data_path={small_build}", "arch.L_cycles=3",
                                    "arch.scaling.H.p=0.25", "lr=3e-4"))
     assert (cfg.arch.L_cycles, cfg.arch.scaling.H.p, cfg.lr) == (3, 0.25, 3e-4)
+    # inf is refused everywhere but in grad_clip, where it means what null does (no clipping)
+    assert PretrainConfig(**compose(f"data_path={small_build}", "grad_clip=inf")).grad_clip == math.inf
     defaults = PretrainConfig(**compose(f"data_path={small_build}"))
     assert (defaults.global_batch_size, defaults.lr, defaults.lr_warmup_steps, defaults.lr_min_ratio) == (768, 1e-4, 2000, 1.0)
     assert (defaults.beta1, defaults.beta2, defaults.weight_decay, defaults.puzzle_emb_lr) == (0.9, 0.95, 0.1, 1e-2)
@@ -551,6 +553,22 @@ def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it
     assert eval_records(run) == eval_records(straight)
     again = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
     assert again["eval"] == {} and len(eval_records(run)) == 2     # done once: the run is finished
+
+
+def test_a_finished_run_whose_last_step_a_checkpoint_interval_saved_is_not_evaluated_again(small_build, tmp_path):
+    """checkpoint_interval=4 saves step 8, the run's last, before its evaluation (pending, for a
+    SIGKILL during it); with checkpoint_every_eval=False that must not be the run's final word:
+    the evaluation ran, so the finished run's last checkpoint says so and resuming it evaluates
+    nothing (the run 'had already finished')."""
+    run = tmp_path / "run"
+    settings = dict(TWO_ITERATIONS, checkpoint_interval=4, checkpoint_every_eval=False)
+    Trainer(micro_config(small_build, run, **settings), CPU, progress=False).fit()
+    assert [step for step, _ in eval_records(run)] == [6, 8] and (run / "latest").read_text() == "step_8"
+    saved = torch.load(run / "step_8" / "trainer.pt", weights_only=True)
+    assert not saved["final_evaluation_pending"]
+    again = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    assert again["steps_run"] == 0 and again["eval"] == {}
+    assert [step for step, _ in eval_records(run)] == [6, 8]
 
 
 @pytest.mark.parametrize("during_step", [6, 8], ids=["mid-run", "last"])
