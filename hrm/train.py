@@ -264,6 +264,12 @@ class Trainer:
         the run starts, writes its config and opens its log."""
         cfg, info = self.config, self.info
         broadcast_module_(self.model, info)   # every rank from rank 0's weights (a checkpoint's too), to be sure
+        # The run's newest checkpoint, continued in its folder, already holds this state: the loop
+        # need not write it again (a finished run resumed, a stop during the evaluation it runs first)
+        self.saved_step = None
+        if (resumed_from is not None and resumed_from.parent.resolve() == self.run_dir.resolve()
+                and (cfg.resume in ("latest", "auto") or Path(cfg.resume).resolve() == self.run_dir.resolve())):
+            self.saved_step = self.step
         if info.is_main:
             self._tell_start(resumed_from)
 
@@ -598,7 +604,7 @@ class Trainer:
         last evaluation's metrics."""
         cfg, info = self.config, self.info
         last_eval: dict = {}
-        saved_at = None
+        saved_at = self.saved_step    # the step whose checkpoint holds the state as it is now
 
         def evaluation() -> dict:
             nonlocal saved_at

@@ -551,8 +551,10 @@ def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it
     summary = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
     assert summary["steps_run"] == 0 and summary["eval"] and not summary["sigterm"]
     assert eval_records(run) == eval_records(straight)
+    finished = (run / "step_8" / "trainer.pt").stat().st_ino
     again = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
     assert again["eval"] == {} and len(eval_records(run)) == 2     # done once: the run is finished
+    assert (run / "step_8" / "trainer.pt").stat().st_ino == finished   # and not saved again
 
 
 def test_a_finished_run_whose_last_step_a_checkpoint_interval_saved_is_not_evaluated_again(small_build, tmp_path):
@@ -577,26 +579,39 @@ def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_s
     """The whole test split can outlast the scheduler's grace period: a SIGTERM during the
     evaluation at step 6 (an iteration's end) or 8 (the run's) stops it after the batch in progress,
     saves that step and stops; the resumed run evaluates there again and goes on as the
-    uninterrupted run did (same evaluations, same losses)."""
+    uninterrupted run did (same evaluations, same losses). Stopped again during that evaluation,
+    it writes nothing: its checkpoint already holds that state."""
     straight, history = two_iterations
     run = tmp_path / "run"
-    stopping = Trainer(micro_config(small_build, run, **TWO_ITERATIONS), CPU, progress=False)
-    batches = []
-    evaluate_batch = stopping.loss_head.evaluate
 
-    def evaluate_signalled(*args):
-        if stopping.step == during_step:
-            batches.append(len(batches))
-            if len(batches) == 1:
-                os.kill(os.getpid(), signal.SIGTERM)
-        return evaluate_batch(*args)
-    stopping.loss_head.evaluate = evaluate_signalled
+    def start(**resume) -> tuple[Trainer, list]:
+        """A Trainer sent SIGTERM in the first batch of its evaluation at during_step, and the
+        batches evaluated there."""
+        trainer = Trainer(micro_config(small_build, run, **TWO_ITERATIONS, **resume), CPU, progress=False)
+        batches, evaluate_batch = [], trainer.loss_head.evaluate
+
+        def evaluate_signalled(*args):
+            if trainer.step == during_step:
+                batches.append(len(batches))
+                if len(batches) == 1:
+                    os.kill(os.getpid(), signal.SIGTERM)
+            return evaluate_batch(*args)
+        trainer.loss_head.evaluate = evaluate_signalled
+        return trainer, batches
+
+    stopping, batches = start()
     with pytest.raises(TrainingStopped, match=f"stopped by SIGTERM at step {during_step}, saved as "
                                               f"{run / f'step_{during_step}'}"):
         stopping.fit()
     assert batches == [0]          # stopped after the first batch, not at the end of the test split
     assert [step for step, _ in eval_records(run)] == [6] * (during_step == 8)
     assert (run / "latest").read_text() == f"step_{during_step}" and stopping.loss_head.training
+    saved = (run / f"step_{during_step}" / "trainer.pt").stat().st_ino
+
+    stopping_again, batches = start(resume="latest")
+    with pytest.raises(TrainingStopped, match=f"stopped by SIGTERM at step {during_step}"):
+        stopping_again.fit()
+    assert batches == [0] and (run / f"step_{during_step}" / "trainer.pt").stat().st_ino == saved
 
     resumed = Trainer(micro_config(small_build, run, resume="latest", **TWO_ITERATIONS), CPU, progress=False)
     resumed.fit()
@@ -1102,6 +1117,7 @@ def test_resuming_a_finished_run_says_so(small_build, tmp_path):
                            capture_output=True, text=True, timeout=300, env=dict(os.environ, WANDB_MODE="disabled"))
     assert again.returncode == 0 and "done: the run had already finished at step 1" in again.stdout, \
         again.stdout + again.stderr[-2000:]
+
 
 def test_a_run_estimated_at_zero_steps_is_refused_before_its_folder_is_made(small_build, tmp_path):
     """epochs x examples / batch below one step: refused with the sum, not a fresh run that trains
