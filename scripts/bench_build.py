@@ -26,28 +26,46 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--extra-dir", action="append", default=[], help="e.g. a ConceptARC checkout's corpus/")
     p.add_argument("--num-aug", type=int, default=1000)
-    p.add_argument("--output-dir", help="default: a temporary folder under data/, removed afterwards")
+    p.add_argument("--output-dir", help="a new folder for the build, removed afterwards unless --keep "
+                                        "(default: a temporary folder under data/)")
     p.add_argument("--keep", action="store_true", help="keep the build")
     args = p.parse_args()
+    if args.output_dir and Path(args.output_dir).exists():
+        # it is built with --overwrite and removed afterwards: never someone's build (data/arc-aug-1000)
+        p.error(f"--output-dir {args.output_dir} exists; the benchmark replaces and then removes its folder, so "
+                f"name a new one")
 
-    out = Path(args.output_dir) if args.output_dir else Path(tempfile.mkdtemp(prefix="bench-build-", dir=ROOT / "data" if (ROOT / "data").is_dir() else None)) / "arc-aug"
+    out = Path(args.output_dir) if args.output_dir else Path(tempfile.mkdtemp(
+        prefix="bench-build-", dir=ROOT / "data" if (ROOT / "data").is_dir() else None)) / "arc-aug"
+
     def command(num_aug: int, output: Path) -> list[str]:
         cmd = [sys.executable, str(ROOT / "build_arc.py"), "--num-aug", str(num_aug), "--output-dir", str(output),
                "--overwrite", "--quiet"]
         return cmd + [arg for d in args.extra_dir for arg in ("--extra-dir", d)]
 
+    def failed(proc: subprocess.CompletedProcess) -> None:
+        """build_arc.py's own reason (a bad --extra-dir, a full disk), with its exit status, and no
+        temporary build left behind; not a traceback of the subprocess call."""
+        if not args.output_dir:
+            shutil.rmtree(out.parent, ignore_errors=True)
+        reason = proc.stderr.strip() or f"build_arc.py exited with status {proc.returncode}"
+        print(f"bench_build.py: {reason}", file=sys.stderr)
+        sys.exit(proc.returncode)
+
     # compile (or load from numba's cache) outside the timed run, as a user's second build would;
-    # this small run's RSS is far below the full build's, so it does not mask the peak below
-    warm = out.parent / "warmup"
-    subprocess.run(command(0, warm), check=True, cwd=ROOT, capture_output=True)
-    shutil.rmtree(warm, ignore_errors=True)
+    # this small run's RSS is far below the full build's, so it does not mask the peak below. In a
+    # folder of its own: never beside a given --output-dir, where a `warmup` folder may be the user's
+    with tempfile.TemporaryDirectory(prefix="bench-build-warmup-") as warm:
+        proc = subprocess.run(command(0, Path(warm) / "build"), cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        failed(proc)
     cmd = command(args.num_aug, out)
 
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        sys.exit(f"build failed:\n{proc.stderr}")
+        failed(proc)
     peak_rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     manifest = json.loads((out / "manifest.json").read_text())
     train_examples = np.load(out / "train" / "all__inputs.npy", mmap_mode="r").shape[0]

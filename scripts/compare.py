@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       check_outputs, divergence_step, latest_checkpoint, last_eval,
-                                      read_run_log, remove_unless_training, run_logged, shell_line,
+                                      output_path, read_run_log, remove_unless_training, run_logged, shell_line,
                                       gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
 # batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model
@@ -349,7 +349,10 @@ def recipe_script(recipe: Recipe, out: Path) -> str:
     for arm in recipe.arms:
         run = shlex.quote(str(recipe.run_dir(arm)))
         lines += [f"# {arm.label}",
-                  f'python build_arc.py --verify {build} && [ "$(digest {build})" = "$DIGEST" ]',
+                  # `A && B` alone would not stop a `set -e` script when A (the re-hash) fails: only the
+                  # list's last command counts there, so a corrupted build would be trained on
+                  f'python build_arc.py --verify {build} && [ "$(digest {build})" = "$DIGEST" ] || '
+                  f'{{ echo "the build {build} changed since the recipe began: not training on it" >&2; exit 1; }}',
                   f"{shell_line(recipe.train_cmd(arm))} || [ -f {run}/diverged.json ]   # diverged: a result"]
     lines.append("# training's last evaluation wrote the final step's predictions (info.json last); "
                  "predict.py makes them only where it did not")
@@ -489,11 +492,12 @@ def main(argv=None) -> int:
               "jobs": (args.jobs or 2) if args.preset == "cpu" else None, "threads": args.threads,
               "gpus": {arm.name: arm_gpu(args, i) for i, arm in enumerate(recipe.arms)},
               "seconds": round(time.perf_counter() - started, 1), "notes": recipe.notes, "arms": arms}
+    markdown = results_markdown(report)     # before either file is written: both or neither
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(results_markdown(report))
-    say(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.json')}")
-    print(results_markdown(report))
+    output_path(args.out, ".json").write_text(json.dumps(report, indent=1) + "\n")
+    output_path(args.out, ".md").write_text(markdown)
+    say(f"wrote {output_path(args.out, '.md')} and {output_path(args.out, '.json')}")
+    print(markdown)
     return 0
 
 

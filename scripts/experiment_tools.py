@@ -91,6 +91,20 @@ def check_build(build: Path, expected_digest: str) -> None:
 
 
 # ----------------------------------------------------------------------------- output paths
+OUTPUT_SUFFIXES = (".csv", ".png", ".md", ".json")   # what the experiment scripts write beside OUT
+
+
+def output_path(out: Path, suffix: str) -> Path:
+    """OUT + suffix. --out is a file stem, and a dot in it is part of the name: `--out
+    results/sweep_lr0.01` writes sweep_lr0.01.csv (Path.with_suffix would write sweep_lr0.csv, where
+    `--out results/sweep_lr0.02` writes too). An OUT that already ends in one of the suffixes the
+    scripts write (`--out results/p_sweep.csv`) stands for its stem."""
+    out = Path(out)
+    if out.suffix in OUTPUT_SUFFIXES:
+        out = out.with_suffix("")
+    return out.with_name(out.name + suffix)
+
+
 def check_outputs(out: Path, suffixes: list[str], work: Path | None) -> None:
     """Refuse, before any run, outputs that could not be written at the end: --out is a file stem
     (OUT.csv, OUT.md, ...), so a folder given as --out would put the files beside it
@@ -102,11 +116,11 @@ def check_outputs(out: Path, suffixes: list[str], work: Path | None) -> None:
     out = Path(out)
     if out.is_dir():
         raise ExperimentError(f"--out {out} is a folder; --out is a file stem (it writes "
-                              f"{', '.join(str(out.with_suffix(s)) for s in suffixes)}): name a file in it, "
+                              f"{', '.join(str(output_path(out, s)) for s in suffixes)}): name a file in it, "
                               f"e.g. --out {out / 'results'}")
     try:
         for suffix in suffixes:
-            check_output_file(out.with_suffix(suffix), "--out")
+            check_output_file(output_path(out, suffix), "--out")
         if work is not None:
             check_output_dir(work, "--work")
     except EvaluationInputError as e:

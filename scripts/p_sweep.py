@@ -61,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       check_outputs, last_eval, latest_checkpoint, read_run_log,
-                                      remove_unless_training, run_logged,
+                                      output_path, remove_unless_training, run_logged,
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_STOPPED, FINISHED,  # noqa: E402
@@ -545,7 +545,7 @@ def main(argv=None) -> int:
         with lock:
             records[cell] = record
             row = cell_row(cell, record, work / cell.folder / "run", floor, args.margin, args.window)
-            write_csv(rows_so_far(), args.out.with_suffix(".csv"))
+            write_csv(rows_so_far(), output_path(args.out, ".csv"))
             print(f"[{len(records)}/{len(cells)}] {cell.describe()}: "
                   f"{row['status']}, final loss {row['final_loss']:.4f} ({record['seconds']:.0f} s"
                   + (f" on GPU {gpu})" if gpu is not None else ")"), flush=True)
@@ -565,10 +565,10 @@ def main(argv=None) -> int:
         return 1
 
     rows = rows_so_far()
-    write_csv(rows, args.out.with_suffix(".csv"))
-    md_path = args.out.with_suffix(".md")
+    write_csv(rows, output_path(args.out, ".csv"))
+    md_path = output_path(args.out, ".md")
     from scripts.sweep_plot import figure6_png
-    png = figure6_png(rows, floor, args.out.with_suffix(".png"),
+    png = figure6_png(rows, floor, output_path(args.out, ".png"),
                       f"p sweep: {args.arch}, {args.steps} steps, seeds {' '.join(map(str, args.seeds))}",
                       margin=args.margin)
     trained_by = training_commands([records[c] for c in cells if c in records], previous_commands(md_path))
@@ -576,7 +576,7 @@ def main(argv=None) -> int:
                           args=args, png=png, seconds=time.perf_counter() - started)
     md_path.write_text(md)
     counts = {s: sum(r["status"] == s for r in rows) for s in ("trained", "stuck", "diverged", "error")}
-    print(f"{counts}; wrote {args.out.with_suffix('.csv')}, {png}, {args.out.with_suffix('.md')}")
+    print(f"{counts}; wrote {output_path(args.out, '.csv')}, {png}, {output_path(args.out, '.md')}")
     return 0 if counts["error"] == 0 else 1
 
 

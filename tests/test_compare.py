@@ -438,3 +438,40 @@ def test_training_predictions_that_are_reused_equal_what_predict_writes(small_bu
         assert trained.files == predicted.files
         for key in trained.files:
             assert np.array_equal(trained[key], predicted[key]), key
+
+
+def test_the_printed_recipe_trains_nothing_on_a_build_whose_rehash_fails(tmp_path, capsys):
+    """`build_arc.py --verify B && [ digest = DIGEST ]` under `set -e` goes on when --verify (not the
+    last command of the list) fails: a corrupted build, its manifest unchanged, would be trained on."""
+    assert compare.main(["--preset", "paper"]) == 0
+    script = capsys.readouterr().out
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text('#!/usr/bin/env bash\necho "$@" >> trained.txt\n')
+    (bin_dir / "python").write_text(f"""#!/usr/bin/env bash
+case "$1" in -c) exec {sys.executable} "$@";; esac
+case "$*" in *--verify*) echo "train/all__inputs.npy: sha256 differs from the manifest" >&2; exit 1;; esac
+""")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    build = tmp_path / "data" / "arc-aug-1000"
+    build.mkdir(parents=True)
+    (build / "manifest.json").write_text(json.dumps({"digest": "d" * 64}))
+    ran = subprocess.run(["bash"], input=script, text=True, capture_output=True, cwd=tmp_path,
+                         env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
+    assert ran.returncode != 0
+    assert not (tmp_path / "trained.txt").exists(), "trained on a build that failed its re-hash"
+    assert "changed since the recipe began" in ran.stderr
+
+
+def test_a_dot_in_out_is_part_of_the_file_names(tmp_path):
+    """--out is a file stem: `--out X/sweep_lr0.01` writes sweep_lr0.01.md/.json, not sweep_lr0.md
+    (where `--out X/sweep_lr0.02` would write too)."""
+    from scripts.experiment_tools import output_path
+    assert output_path(tmp_path / "sweep_lr0.01", ".csv") == tmp_path / "sweep_lr0.01.csv"
+    assert output_path(tmp_path / "compare_v1.2", ".json") == tmp_path / "compare_v1.2.json"
+    assert output_path(tmp_path / "p_sweep.csv", ".png") == tmp_path / "p_sweep.png"   # a full name: its stem
+    (tmp_path / "sweep_lr0.01.md").mkdir()     # in the way of the real name, not of a truncated one
+    with pytest.raises(SystemExit) as e:
+        compare.parse_args(["--preset", "cpu", "--out", str(tmp_path / "sweep_lr0.01"), "--work", str(tmp_path / "w")])
+    assert e.value.code == 2
