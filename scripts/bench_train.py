@@ -26,6 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from arc_data.dataset import load_split  # noqa: E402
 from hrm.distributed import DistInfo, init_distributed  # noqa: E402
 from hrm.flops import flops_per_token  # noqa: E402
 from hrm.pretrain_config import PretrainConfig  # noqa: E402
@@ -122,6 +123,11 @@ def main() -> None:
                         "(default: $BENCH_TIME_LIMIT, which scripts/gpu_check.sh sets to its phase limit)")
     args = p.parse_args()
     os.environ.setdefault("WANDB_MODE", "disabled")
+    if args.data is not None:
+        try:     # as bench_reader.py says it, not a validation traceback from inside the trainer
+            load_split(args.data, "train"), load_split(args.data, "test")
+        except (FileNotFoundError, ValueError) as e:
+            p.error(f"--data {args.data}: {e}")
 
     info = init_distributed(args.device)
     names = [args.config] if args.config != "auto" else (["hrm_tiny"] + (["hrm_v1"] if info.device.type == "cuda" else []))

@@ -1,9 +1,12 @@
 """bench_train.py under a time limit: it times fewer steps rather than run into a caller's timeout
 (scripts/gpu_check.sh sets one per phase), and says how many it timed."""
 import json
+import subprocess
+import sys
 
 import torch
 
+from conftest import ROOT
 from hrm.distributed import DistInfo
 from scripts.bench_train import MIN_TIMED_STEPS, bench
 
@@ -18,3 +21,10 @@ def test_a_spent_time_limit_times_the_minimum_and_no_limit_times_all(small_build
     # the compile wait is printed as soon as it is known, before the timed loop
     warm = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [w["stage"] for w in warm] == ["warmed up", "warmed up"] and warm[0]["first_step_s"] > 0
+
+
+def test_a_data_folder_that_is_not_a_build_is_one_line(tmp_path):
+    ran = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_train.py"), "--data", str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+    assert f"error: --data {tmp_path}: {tmp_path / 'train'}: split directory not found" in ran.stderr, ran.stderr
