@@ -236,7 +236,8 @@ def divergence_step(run_dir: Path) -> int | None:
 
 def read_run_log(run_dir: Path) -> list[dict]:
     """The records of `run_dir/log.jsonl` (empty when absent). Non-finite numbers are stored as the
-    strings "nan"/"inf" there and come back as floats."""
+    strings "nan"/"inf" there and come back as floats. A line that is not a JSON object raises
+    ValueError naming the file and line, unless it is the last (a run killed while writing it)."""
     path = Path(run_dir) / "log.jsonl"
     if not path.is_file():
         return []
@@ -246,10 +247,12 @@ def read_run_log(run_dir: Path) -> list[dict]:
         if line.strip():
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except json.JSONDecodeError as e:
                 if i == len(lines) - 1:   # a run killed while writing its last record
                     break
-                raise
+                raise ValueError(f"{path}: line {i + 1} is not a JSON object ({e.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}: line {i + 1} is not a JSON object")
             records.append({k: (float(v) if isinstance(v, str) and v.lower() in ("nan", "inf", "-inf") else v)
                             for k, v in record.items()})
     return records

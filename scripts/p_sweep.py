@@ -508,7 +508,11 @@ def main(argv=None) -> int:
           + (f" on GPU(s) {','.join(args.gpus)}" if args.gpus else "")
           + f"; floor {floor:.4f} nats; digest {digest[:16]}...", flush=True)
 
-    records, todo = split_finished(cells, args, build, digest, work, floor)
+    try:
+        records, todo = split_finished(cells, args, build, digest, work, floor)
+    except ValueError as e:    # a cell's log.jsonl damaged (read_run_log names it and the line)
+        print(f"p_sweep.py: error: {e}", file=sys.stderr)
+        return 1
     if records:
         print(f"resuming: {len(records)} finished cell(s) kept, {len(todo)} to run", flush=True)
     problems = config_problems(todo, args, build, work)

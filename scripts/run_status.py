@@ -221,8 +221,8 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
     from scripts.experiment_tools import last_eval, read_run_log, tail_mean, train_curve
     try:
         log = read_run_log(run_dir)
-    except ValueError as e:   # a line cut short (a killed run) or a foreign file
-        raise RunStatusError(f"{run_dir / 'log.jsonl'}: not valid JSON lines ({e})") from None
+    except ValueError as e:   # a foreign or damaged file (read_run_log names it and the line)
+        raise RunStatusError(str(e)) from None
     losses = train_curve(log)
     steps, logged = logged_steps(log, window)
     exit_code = EXIT_DIVERGED if (run_dir / "diverged.json").is_file() else 0

@@ -154,3 +154,18 @@ def test_the_script_has_a_help_and_runs_from_anywhere(small_build, tmp_path):
     run = write_run(tmp_path / "run", [0.1] * 5, small_build)
     out = script(str(run))
     assert out.returncode == 0 and out.stdout.startswith(f"{run}: trained  steps 5"), out.stderr
+
+
+def test_a_damaged_log_line_is_named_and_a_cut_last_line_is_not(small_build, tmp_path, capsys):
+    """A record cut short at the end (a run killed while writing it) is left out; a line in the
+    middle that is not a JSON object names the file and line, without a traceback."""
+    cut = write_run(tmp_path / "cut", [1.0] * 3, small_build)
+    with open(cut / "log.jsonl", "a") as log:
+        log.write('{"step": 4, "train/lm_')
+    assert main([str(cut)]) == 0 and capsys.readouterr().out.startswith(f"{cut}: ")
+    for name, line in (("garbled", '{"step": 2, "train'), ("listed", "[1, 2]")):
+        run = write_run(tmp_path / name, [1.0] * 3, small_build)
+        lines = (run / "log.jsonl").read_text().splitlines()
+        (run / "log.jsonl").write_text("\n".join(lines[:2] + [line] + lines[2:]) + "\n")
+        assert main([str(run)]) == 2
+        assert capsys.readouterr().err.startswith(f"run_status.py: error: {run / 'log.jsonl'}: line 3 is not a JSON"), name
