@@ -39,7 +39,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      check_outputs, divergence_step, latest_checkpoint, last_eval,
+                                      check_outputs, divergence_step, exact_text, latest_checkpoint, last_eval,
                                       output_path, read_run_log, remove_unless_training, run_logged, shell_line,
                                       gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
@@ -88,8 +88,8 @@ def cpu_recipe(args) -> Recipe:
     work = args.work or Path("checkpoints/compare_cpu")
     build = work / "build"
     common = ["global_batch_size=8", "epochs=100000", "eval_interval=100000", f"max_steps={args.steps or 500}",
-              f"lr={args.lr or 1e-3:g}", "lr_warmup_steps=20", f"seed={args.seed}", "eval_save_predictions=false",
-              "keep_checkpoints=1", *args.set]
+              f"lr={exact_text(args.lr or 1e-3)}", "lr_warmup_steps=20", f"seed={args.seed}",
+              "eval_save_predictions=false", "keep_checkpoints=1", *args.set]
     arms = [Arm("baseline", "HRM, no scaling (alpha = beta = 1)", ["arch=hrm_tiny", "arch.scaling.rule=none"]),
             Arm("deeploop", "HRM + DeepLoop (p = 1/2)", ["arch=hrm_tiny"])]
     return Recipe("cpu", build, None, arms, common, [PYTHON], work, [1, 2, 10])
@@ -104,7 +104,7 @@ def paper_recipe(args) -> Recipe:
         build_cmd = [PYTHON, "build_arc.py", "--extra-dir", extra, "--output-dir", str(build)]
     launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc)]
     common = [f"seed={args.seed}"] + ([f"max_steps={args.steps}"] if args.steps else []) \
-        + ([f"lr={args.lr:g}"] if args.lr else []) + args.set
+        + ([f"lr={exact_text(args.lr)}"] if args.lr else []) + args.set
     arms = [Arm("hrm_v1", "HRM (hrm_v1)", ["arch=hrm_v1"]),
             Arm("hrm_deeploop", "HRM + DeepLoop (hrm_deeploop)", ["arch=hrm_deeploop"])]
     notes = ["Published training defaults (configs/cfg_pretrain.yaml): 100K epochs, global batch 768, lr 1e-4 "
@@ -398,6 +398,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--work", type=Path, help="run folders (default checkpoints/compare_<preset>)")
     ap.add_argument("--out", type=Path, help="output stem: OUT.md, OUT.json (default results/compare_<preset>)")
     args = ap.parse_args(argv)
+    if args.steps is not None and args.steps < 1:    # 0 would silently mean the default
+        ap.error(f"--steps must be >= 1, got {args.steps}")
+    if args.lr is not None and not args.lr > 0:
+        ap.error(f"--lr must be > 0, got {args.lr}")
     if args.preset == "cpu" and (args.launch or args.data or args.extra_dir):
         ap.error("--launch, --data and --extra-dir belong to --preset paper")
     if args.preset == "paper" and (args.source_dir or args.jobs or args.threads or args.gpus):

@@ -90,6 +90,13 @@ def check_build(build: Path, expected_digest: str) -> None:
         raise ExperimentError(f"build {build} changed since the experiment began: {shown}")
 
 
+def exact_text(x: float) -> str:
+    """x as `:g` writes it (what the commands and folders always showed, so earlier runs keep their
+    names and signatures), or its full repr where `:g`'s 6 digits would round it into another value."""
+    text = f"{x:g}"
+    return text if float(text) == x else repr(x)
+
+
 # ----------------------------------------------------------------------------- output paths
 OUTPUT_SUFFIXES = (".csv", ".png", ".md", ".json")   # what the experiment scripts write beside OUT
 

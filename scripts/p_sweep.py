@@ -60,7 +60,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      check_outputs, last_eval, latest_checkpoint, read_run_log,
+                                      check_outputs, exact_text, last_eval, latest_checkpoint, read_run_log,
                                       output_path, remove_unless_training, run_logged,
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
@@ -97,13 +97,6 @@ class Cell:
 
     def describe(self) -> str:
         return f"p={exact_text(self.p)} seed={self.seed} lr={exact_text(self.lr)} loops={self.loops}"
-
-
-def exact_text(x: float) -> str:
-    """x as `:g` writes it (what the commands and folders always showed, so earlier runs keep their
-    names and signatures), or its full repr where `:g`'s 6 digits would round it into another value."""
-    text = f"{x:g}"
-    return text if float(text) == x else repr(x)
 
 
 def p_folder_text(p: float) -> str:

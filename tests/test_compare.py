@@ -105,6 +105,20 @@ def test_paper_recipe_predicts_only_where_training_wrote_no_predictions(tmp_path
     assert ran.stdout == "predict checkpoint=checkpoints/compare_paper/hrm_deeploop/step_9\n"
 
 
+def test_steps_and_lr_are_given_exactly_or_refused(tmp_path, capsys):
+    """--lr keeps every digit (`:g` rounded 1.2345678e-4 to 0.000123457); --steps 0 and --lr 0 are
+    refused rather than silently replaced by the defaults."""
+    args = compare.parse_args(["--preset", "cpu", "--lr", "1.2345678e-4", "--out", str(tmp_path / "r")])
+    assert "lr=0.00012345678" in compare.cpu_recipe(args).common
+    args = compare.parse_args(["--preset", "paper", "--lr", "1.2345678e-4"])
+    assert "lr=0.00012345678" in compare.paper_recipe(args).common
+    for option, value, message in (("--steps", "0", "--steps must be >= 1, got 0"),
+                                   ("--lr", "0", "--lr must be > 0, got 0.0")):
+        with pytest.raises(SystemExit):
+            compare.parse_args(["--preset", "cpu", option, value, "--out", str(tmp_path / "r")])
+        assert message in capsys.readouterr().err
+
+
 def test_cpu_only_options_are_refused_for_paper():
     with pytest.raises(SystemExit):
         compare.parse_args(["--preset", "paper", "--jobs", "2"])
