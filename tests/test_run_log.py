@@ -80,5 +80,5 @@ def test_a_resumed_log_drops_the_record_a_kill_cut_short(tmp_path):
     log.close()
     assert (run / "log.jsonl").read_text() == '{"step": 1, "train/loss": 2.0}\n{"step": 2, "train/loss": 1.5}\n'
     (run / "log.jsonl").write_text('{"step": 1}\n{"ste\n{"step": 3}\n')  # a bad line inside is an error
-    with pytest.raises(json.JSONDecodeError):
+    with pytest.raises(ValueError, match=f"{run / 'log.jsonl'}: line 2 is not a JSON object"):
         read_run_log(run)
