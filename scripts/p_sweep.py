@@ -231,8 +231,15 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | 
     cmd = train_command(cell, args, build, run_dir)
     signature = command_signature(cmd)
     resume = interrupted_run(cell_dir, signature, digest)
+    earlier = 0.0     # the seconds of the attempts it continues, as far as recorded (a killed sweep records none)
     if resume:
         print(f"{cell.describe()}: continuing its interrupted run from {latest_checkpoint(run_dir).name}", flush=True)
+        try:
+            before = json.loads((cell_dir / "cell.json").read_text())
+            if before.get("signature") == signature:
+                earlier = float(before.get("seconds") or 0.0)
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
     elif cell_dir.exists():
         remove_unless_training(cell_dir, run_dir, "another sweep over the same --work?")
     check_build(build, digest)
@@ -243,7 +250,7 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | 
                                step=f"cell {cell.folder}", threads=args.threads, allowed_codes=tuple(range(256)),
                                env=gpu_env(gpu), append=resume)
     record = {"signature": signature, "digest": digest, "command": shell_line(cmd),
-              "sweep_command": args.command, "exit_code": code, "seconds": round(seconds, 1), "gpu": gpu,
+              "sweep_command": args.command, "exit_code": code, "seconds": round(earlier + seconds, 1), "gpu": gpu,
               "resumed": resume}
     tmp = cell_dir / ".cell.json.tmp"
     tmp.write_text(json.dumps(record, indent=1) + "\n")

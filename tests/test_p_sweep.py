@@ -171,7 +171,8 @@ def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp
 
 def test_a_rerun_continues_a_cell_stopped_by_sigterm(small_build, tmp_path, monkeypatch, capsys):
     """A scheduler's SIGTERM stops a cell's training after a few steps (pretrain.py saves that step,
-    exit 143): the rerun continues it with resume=latest instead of training it from scratch."""
+    exit 143): the rerun continues it with resume=latest instead of training it from scratch, and
+    its seconds add the stopped attempt's."""
     import signal
     import subprocess
     import time
@@ -191,7 +192,7 @@ def test_a_rerun_continues_a_cell_stopped_by_sigterm(small_build, tmp_path, monk
             while time.time() < deadline and (not run_log.is_file() or run_log.read_text().count("train/loss") < 3):
                 time.sleep(0.02)
             child.send_signal(signal.SIGTERM)
-            return child.wait(), 1.0
+            return child.wait(), 1000.0
     monkeypatch.setattr(p_sweep, "run_logged", stopped_after_a_few_steps)
     assert p_sweep.main(argv) == 1                       # a cell not finished: not a result yet
     assert "stopped by SIGTERM: the same p_sweep.py command continues it" in capsys.readouterr().out
@@ -208,6 +209,7 @@ def test_a_rerun_continues_a_cell_stopped_by_sigterm(small_build, tmp_path, monk
     assert len(children) == 1 and children[0][-1] == "resume=latest"
     record = json.loads((cell / "cell.json").read_text())
     assert record["exit_code"] == 0 and record["resumed"] is True and "resume=latest" not in record["command"]
+    assert 1000.0 < record["seconds"] < 1300.0          # the stopped attempt's time and the continued one's
     steps = [json.loads(line)["step"] for line in run_log.read_text().splitlines() if "train/loss" in line]
     assert sorted(set(steps)) == list(range(1, 13))
     assert (cell / "train.log").read_text().startswith(f"$ {' '.join(children[0][:-1])}")   # the first command
