@@ -11,6 +11,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
@@ -54,6 +55,12 @@ def resolve_wandb_mode(mode: str) -> str:
     return mode
 
 
+def wandb_run_id(run_name: str) -> str:
+    """The W&B run id for a run name: W&B refuses an id holding any of `:;,#?/'` (UsageError), and a
+    sweep of two keys names its runs `<run>-a=1,b=2`; each becomes '-'."""
+    return re.sub(r"[:;,#?/']", "-", run_name)
+
+
 def _plain(value):
     """JSON-safe number (non-finite floats become strings so the log stays valid JSON)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -90,7 +97,7 @@ class RunLog:
             import wandb
             self.wandb = wandb.init(project=project, name=run_name, entity=entity, config=config, mode=mode,
                                     dir=str(run_dir), resume="allow",
-                                    id=run_name.replace("/", "-"),
+                                    id=wandb_run_id(run_name),
                                     settings=wandb.Settings(init_timeout=30, x_disable_stats=True))
         self.mode = mode
 

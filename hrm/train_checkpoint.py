@@ -104,7 +104,11 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         pointer.write_text(final.name)
         os.replace(pointer, run_dir / "latest")
         if keep > 0:
-            for old in list_checkpoints(run_dir)[:-keep]:
+            # this step and the keep-1 before it; never the one just written, nor the later steps
+            # of a line this run branched off in its own folder (resumed from an earlier step): by
+            # step number they would be the newest, and the new `latest` would name a pruned folder
+            earlier = [c for c in list_checkpoints(run_dir) if int(c.name[5:]) < step]
+            for old in earlier[:max(len(earlier) - (keep - 1), 0)]:
                 shutil.rmtree(old)
     barrier(info)
     return final

@@ -38,6 +38,20 @@ def test_offline_run_logs_without_prompting_or_network(tmp_path):
     assert record == {"step": 3, "train/loss": 1.5, "bad": "nan"}
 
 
+def test_a_sweep_run_name_makes_a_run_id_wandb_accepts(tmp_path):
+    """A sweep of two keys names its runs `<run>-a=1,b=2`: W&B refuses ',' (and `:;#?/'`) in a run id."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
+    env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path), NETRC=str(tmp_path / "none"))
+    code = ("from pathlib import Path; from hrm.run_log import RunLog\n"
+            f"log = RunLog(Path({str(tmp_path / 'run')!r}), project='p', run_name=\"x-arch.scaling.p=0.3,lr=0.001\", "
+            "config={}, wandb_mode='offline')\n"
+            "print(log.wandb.id); log.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, timeout=120,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "x-arch.scaling.p=0.3-lr=0.001"
+
+
 def test_without_the_wandb_package_auto_disables_and_explicit_modes_say_why(monkeypatch):
     import hrm.run_log as run_log
     monkeypatch.setattr(run_log, "_wandb_installed", lambda: False)

@@ -1479,3 +1479,21 @@ def test_run_names_of_a_sweep_job(small_build, tmp_path):
     named = micro_config(small_build, None, checkpoint_path=None, run_name="mine", project_name="p")
     assert run_names(named, CPU, "lr=0.001")[1:] == ("mine-lr=0.001", Path("checkpoints") / "p" / "mine-lr=0.001")
     assert run_names(named, CPU)[1:] == ("mine", Path("checkpoints") / "p" / "mine")
+
+
+def test_keep_checkpoints_never_prunes_the_checkpoint_just_written(small_build, tmp_path):
+    """A run resumed from an earlier step of its own (resume=<run>/step_1, with step_2..4 beside it)
+    and a smaller keep_checkpoints: the step it saves is the run's `latest`, and must survive the
+    pruning; the later steps of the abandoned line are not `newer` than it."""
+    run = tmp_path / "run"
+    Trainer(micro_config(small_build, run, max_steps=4, checkpoint_interval=1, keep_checkpoints=0,
+                         eval_save_predictions=False), CPU, progress=False).fit()
+    assert (run / "latest").read_text() == "step_4"
+    Trainer(micro_config(small_build, run, max_steps=2, keep_checkpoints=2, resume=str(run / "step_1"),
+                         eval_save_predictions=False), CPU, progress=False).fit()
+    latest = (run / "latest").read_text()
+    assert latest == "step_2" and (run / latest / "trainer.pt").is_file()
+    from hrm.train_checkpoint import resolve_resume
+    assert resolve_resume("latest", run).name == "step_2"
+    # keep_checkpoints=2: step_2 and the one before it; the abandoned line's later steps are left alone
+    assert sorted(c.name for c in run.glob("step_*")) == ["step_1", "step_2", "step_3", "step_4"]
