@@ -97,12 +97,20 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         })
     barrier(info)
     if info.is_main:
+        stale = None
         if final.exists():  # the same step written again (e.g. a resumed run re-reaching it)
-            shutil.rmtree(final)
+            # set aside, not deleted first: the new one takes its place at once, and the deletion
+            # (seconds for a large checkpoint, which a SIGKILL could cut) comes after
+            stale = run_dir / f".step_{step}.old"
+            if stale.exists():
+                shutil.rmtree(stale)
+            os.replace(final, stale)
         os.replace(tmp, final)
         pointer = run_dir / ".latest.tmp"
         pointer.write_text(final.name)
         os.replace(pointer, run_dir / "latest")
+        if stale is not None:
+            shutil.rmtree(stale)
         if keep > 0:
             # this step and the keep-1 before it; never the one just written, nor the later steps
             # of a line this run branched off in its own folder (resumed from an earlier step): by
@@ -115,12 +123,14 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
 
 
 def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
-    """Remove the `.step_<N>.tmp/` folders (and `.latest.tmp`) that a run killed while saving left
-    behind, and return their names. Each is as big as a checkpoint, never read, and otherwise only
-    replaced if the run saves that same step again. Only for the process holding the run folder."""
+    """Remove the `.step_<N>.tmp/` folders (and `.latest.tmp`, and the `.step_<N>.old/` of a step
+    saved again) that a run killed while saving left behind, and return their names. Each is as big
+    as a checkpoint, never read, and otherwise only replaced if the run saves that same step again.
+    Only for the process holding the run folder."""
     run_dir = Path(run_dir)
     removed = []
-    for leftover in sorted(run_dir.glob(".step_*.tmp")) + sorted(run_dir.glob(".latest.tmp")):
+    for leftover in (sorted(run_dir.glob(".step_*.tmp")) + sorted(run_dir.glob(".step_*.old"))
+                     + sorted(run_dir.glob(".latest.tmp"))):
         if leftover.is_dir():
             shutil.rmtree(leftover)
         else:

@@ -326,11 +326,12 @@ def test_a_save_left_unfinished_by_a_kill_is_removed_when_the_run_continues(smal
     (run / ".step_5.tmp").mkdir()
     (run / ".step_5.tmp" / "rank_0.pt.tmp").write_bytes(b"cut short")
     (run / ".latest.tmp").write_text("step_5")
+    (run / ".step_1.old").mkdir()            # the old copy of a step being saved again
     capsys.readouterr()
     resumed = Trainer(micro_config(small_build, run, max_steps=2, resume="latest"), CPU, progress=False)
     assert resumed.step == 1
-    assert f"removed .step_5.tmp, .latest.tmp from {run}" in capsys.readouterr().out
-    assert sorted(p.name for p in run.iterdir() if p.name.endswith(".tmp")) == []
+    assert f"removed .step_5.tmp, .step_1.old, .latest.tmp from {run}" in capsys.readouterr().out
+    assert sorted(p.name for p in run.iterdir() if p.name.endswith((".tmp", ".old"))) == []
 
 
 def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
@@ -1497,3 +1498,5 @@ def test_keep_checkpoints_never_prunes_the_checkpoint_just_written(small_build, 
     assert resolve_resume("latest", run).name == "step_2"
     # keep_checkpoints=2: step_2 and the one before it; the abandoned line's later steps are left alone
     assert sorted(c.name for c in run.glob("step_*")) == ["step_1", "step_2", "step_3", "step_4"]
+    # step_2 was saved again: the old one set aside, then removed once the new one was in place
+    assert not any(p.name.startswith(".step_") for p in run.iterdir())
