@@ -95,13 +95,19 @@ def cpu_recipe(args) -> Recipe:
     return Recipe("cpu", build, None, arms, common, [PYTHON], work, [1, 2, 10])
 
 
+PAPER_EXTRA_DIR = "ConceptARC/corpus"    # the published recipe's 960 tasks: ARC-AGI-1 + ConceptARC
+
+
+def paper_build_cmd(extra_dir: str | Path, build: Path) -> list[str]:
+    return [PYTHON, "build_arc.py", "--extra-dir", str(extra_dir), "--output-dir", str(build)]
+
+
 def paper_recipe(args) -> Recipe:
     work = args.work or Path("checkpoints/compare_paper")
     build = args.data or Path("data/arc-aug-1000")
     build_cmd = None
     if not (build / "manifest.json").is_file():
-        extra = args.extra_dir or "ConceptARC/corpus"
-        build_cmd = [PYTHON, "build_arc.py", "--extra-dir", extra, "--output-dir", str(build)]
+        build_cmd = paper_build_cmd(args.extra_dir or PAPER_EXTRA_DIR, build)
     launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc)]
     common = [f"seed={args.seed}"] + ([f"max_steps={args.steps}"] if args.steps else []) \
         + ([f"lr={exact_text(args.lr)}"] if args.lr else []) + args.set
@@ -481,6 +487,8 @@ def main(argv=None) -> int:
         print(f"[{(time.perf_counter() - started) / 60:5.1f} min] {message}", flush=True)
 
     recipe.work, recipe.build = recipe.work.resolve(), recipe.build.resolve()
+    if recipe.build_cmd:   # it runs from the repository root (run_logged): its paths as meant from here
+        recipe.build_cmd = paper_build_cmd(Path(args.extra_dir or PAPER_EXTRA_DIR).resolve(), recipe.build)
     try:
         digest, description, arms = run_experiment(recipe, args, say)
         floor = unigram_floor(recipe.build)[0]

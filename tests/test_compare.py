@@ -119,6 +119,22 @@ def test_steps_and_lr_are_given_exactly_or_refused(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_the_paper_build_launched_from_elsewhere_gets_the_paths_meant_from_there(tmp_path, monkeypatch):
+    """--launch runs the build from the repository root: relative --data / --extra-dir given in
+    another directory are made absolute first (they named folders under the repository)."""
+    ran = []
+
+    def stop_at_the_build(cmd, log, **kwargs):
+        ran.append(cmd)
+        raise compare.ExperimentError("stopped before building")
+    monkeypatch.setattr(compare, "run_logged", stop_at_the_build)
+    monkeypatch.chdir(tmp_path)
+    assert compare.main(["--preset", "paper", "--launch", "--data", "b", "--extra-dir", "corpus", "--work", "w",
+                         "--out", "r"]) == 1
+    assert ran == [[compare.PYTHON, "build_arc.py", "--extra-dir", str(tmp_path / "corpus"), "--output-dir",
+                    str(tmp_path / "b")]]
+
+
 def test_cpu_only_options_are_refused_for_paper():
     with pytest.raises(SystemExit):
         compare.parse_args(["--preset", "paper", "--jobs", "2"])
