@@ -97,7 +97,7 @@ def launch(hydra_config: DictConfig) -> None:
         elif info.is_main:
             print(f"done: step {summary['step']}, {summary['steps_per_second']:.2f} steps/s, "
                   f"checkpoints in {trainer.run_dir}", flush=True)
-        if summary["sigterm"] and is_multirun():   # during the job's last save: it is complete,
+        if summary["sigterm"] and is_multirun():   # after the job's last step: it is complete,
             agreed = True                           # but the sweep must not start its next job
             say_once_per_node(f"stopped by SIGTERM after the job {trainer.run_name} finished (step "
                               f"{summary['step']}){later_jobs(config, trainer, tag)}")

@@ -62,8 +62,8 @@ class TrainingStopped(RuntimeError):
 class StopOnSigterm:
     """While training, SIGTERM asks for a stop instead of killing the process: the flag is read at
     the end of each step (summed over ranks with the step's metrics, so every rank stops after the
-    same step) and after each evaluation batch, and the run saves that step and stops (fit raises
-    TrainingStopped; an evaluation cut short runs again on resume). Schedulers send
+    same step) and after each evaluation batch but the last, and the run saves that step and stops
+    (fit raises TrainingStopped; an evaluation cut short runs again on resume). Schedulers send
     SIGTERM some seconds before SIGKILL (SLURM: KillWait, 30 s by default; torchrun also waits 30 s
     after passing it on): one step and a save fit; hours since the last evaluation's checkpoint
     would be lost otherwise. A second SIGTERM kills at once, as before, unless it comes within
@@ -247,7 +247,7 @@ class Trainer:
         self.run_lock = None    # rank 0's hold on the run folder (hrm/run_lock.py), taken by _prepare
         self.sigterm = None     # fit's StopOnSigterm; train_step sums its flag over the ranks
         self.stop_after_step = False   # a SIGTERM on some rank: stop after this step (train_step)
-        self.sigterm_at_end = False    # one during the run's last save (fit's summary)
+        self.sigterm_at_end = False    # one after the run's last step: its last evaluation's last batch, its save
         try:
             resumed_from = agree_on_outcome(self._prepare, info)
         except BaseException:   # refused (here or on another rank): the folder is left as it was found

@@ -30,6 +30,9 @@ def main() -> None:
                                         "(default: a temporary folder under data/)")
     p.add_argument("--keep", action="store_true", help="keep the build")
     args = p.parse_args()
+    # the builds run from the repository root: the paths as meant from here
+    args.extra_dir = [str(Path(d).resolve()) for d in args.extra_dir]
+    args.output_dir = str(Path(args.output_dir).resolve()) if args.output_dir else None
     if args.output_dir and Path(args.output_dir).exists():
         # it is built with --overwrite and removed afterwards: never someone's build (data/arc-aug-1000)
         p.error(f"--output-dir {args.output_dir} exists; the benchmark replaces and then removes its folder, so "

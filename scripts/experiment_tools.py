@@ -249,7 +249,10 @@ def read_run_log(run_dir: Path) -> list[dict]:
     if not path.is_file():
         return []
     records = []
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not text ({e.reason} at byte {e.start})") from None
     for i, line in enumerate(lines):
         if line.strip():
             try:

@@ -182,7 +182,12 @@ def finished_record(cell_dir: Path, signature: str, digest: str) -> dict | None:
     path = cell_dir / "cell.json"
     if not path.is_file():
         return None
-    record = json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a record of p_sweep.py ({e}); remove it to train the cell again") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{path}: not a record of p_sweep.py; remove it to train the cell again")
     if record.get("signature") != signature or record.get("digest") != digest:
         return None
     return record
@@ -510,7 +515,7 @@ def main(argv=None) -> int:
 
     try:
         records, todo = split_finished(cells, args, build, digest, work, floor)
-    except ValueError as e:    # a cell's log.jsonl damaged (read_run_log names it and the line)
+    except ValueError as e:    # a cell's log.jsonl or cell.json damaged (the message names it)
         print(f"p_sweep.py: error: {e}", file=sys.stderr)
         return 1
     if records:

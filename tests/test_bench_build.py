@@ -9,9 +9,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_bad_extra_dir_is_one_line_naming_it_and_leaves_nothing(tmp_path):
-    out = tmp_path / "bench" / "arc-aug"
+    # relative paths mean what they say from where it is started (the builds run from the repository root)
     ran = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_build.py"), "--extra-dir",
-                          str(tmp_path / "no_such_corpus"), "--num-aug", "1", "--output-dir", str(out)],
+                          "no_such_corpus", "--num-aug", "1", "--output-dir", "bench/arc-aug"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert ran.returncode == 2, ran.stderr
     assert "Traceback" not in ran.stderr

@@ -461,3 +461,14 @@ def test_a_cell_another_process_is_training_is_not_wiped(tmp_path):
     held.release()
     p_sweep.remove_unless_training(cell_dir, cell_dir / "run", "another sweep")
     assert not cell_dir.exists()
+
+
+def test_a_damaged_cell_record_is_named(tmp_path):
+    """cell.json is written whole (a temporary file renamed), so a damaged one was edited by hand:
+    named, with the way to train the cell again, not a JSONDecodeError without a file."""
+    (tmp_path / "cell.json").write_text('{"signature": "x", ')
+    with pytest.raises(ValueError, match=f"{tmp_path / 'cell.json'}: not a record of p_sweep.py .*remove it"):
+        p_sweep.finished_record(tmp_path, "x", "d")
+    (tmp_path / "cell.json").write_text('["x"]')
+    with pytest.raises(ValueError, match="not a record of p_sweep.py"):
+        p_sweep.finished_record(tmp_path, "x", "d")

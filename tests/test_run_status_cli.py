@@ -169,3 +169,7 @@ def test_a_damaged_log_line_is_named_and_a_cut_last_line_is_not(small_build, tmp
         (run / "log.jsonl").write_text("\n".join(lines[:2] + [line] + lines[2:]) + "\n")
         assert main([str(run)]) == 2
         assert capsys.readouterr().err.startswith(f"run_status.py: error: {run / 'log.jsonl'}: line 3 is not a JSON"), name
+    binary = write_run(tmp_path / "binary", [1.0] * 3, small_build)
+    (binary / "log.jsonl").write_bytes(b"\x80\x81 not text\n")
+    assert main([str(binary)]) == 2
+    assert capsys.readouterr().err.startswith(f"run_status.py: error: {binary / 'log.jsonl'}: not text")
