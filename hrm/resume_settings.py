@@ -158,16 +158,13 @@ def resume_with_saved_settings(composed: dict, task_overrides: list[str], tag: s
 
 
 def continued_in_place(config: dict, checkpoint: Path, tag: str = "") -> bool:
-    """Whether the run continues in the checkpoint's own folder under the name it started with, as
-    Trainer._resume decides it: no run_name given, and no checkpoint_path or the checkpoint's own
-    folder (a sweep job's: <checkpoint_path>/<tag>)."""
-    if config.get("run_name"):
-        return False
-    if not config.get("checkpoint_path"):
-        return True     # the Trainer writes into the folder of the checkpoint it found
-    from hrm.train import run_folder
-    folder = run_folder(config.get("project_name"), "", config["checkpoint_path"], str(config.get("data_path")), tag)
-    return folder.resolve() == checkpoint.parent.resolve()
+    """Whether the run continues in the checkpoint's own folder under the name it started with
+    (hrm.train.continues_its_run, as Trainer._resume decides it). The folder it writes to: a given
+    checkpoint_path (a sweep job's: <checkpoint_path>/<tag>), else the checkpoint's own."""
+    from hrm.train import continues_its_run, run_folder
+    folder = (run_folder(config.get("project_name"), "", config["checkpoint_path"], str(config.get("data_path")), tag)
+              if config.get("checkpoint_path") else checkpoint.parent)
+    return continues_its_run(config.get("run_name"), folder, checkpoint)
 
 
 def describe(changed: list[str], merged: dict, shown: int = 8) -> str:

@@ -157,6 +157,14 @@ def run_names(config: PretrainConfig, info: DistInfo, tag: str = "") -> tuple[st
             run_folder(config.project_name, run, config.checkpoint_path, config.data_path, tag))
 
 
+def continues_its_run(run_name: str | None, run_dir: Path, checkpoint: Path) -> bool:
+    """Whether a start that resumes `checkpoint` and writes to `run_dir` continues that run under
+    the name (and project) it started with: no run_name given, and the checkpoint is in the folder
+    it writes to (resume=<its folder>, or checkpoint_path= that folder). W&B then continues the
+    same run. Trainer._resume and hrm.resume_settings decide it here alike."""
+    return not run_name and Path(checkpoint).parent.resolve() == Path(run_dir).resolve()
+
+
 def project_of(project_name: str | None, data_path: str) -> str:
     return project_name or f"{Path(data_path).name}-hrm"
 
@@ -383,7 +391,7 @@ class Trainer:
         state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info,
                                 check_config=check_resumable)
         self.step, self.carry = state["step"], state["carry"]
-        if not cfg.run_name and ckpt.parent.resolve() == self.run_dir.resolve() and state["run_name"]:
+        if continues_its_run(cfg.run_name, self.run_dir, ckpt) and state["run_name"]:
             # a run continued without run_name (checkpoint_path=, or resume=<its folder>) keeps the
             # name it started with, not a new `<arch>-<now>`: W&B continues the same run (its id)
             self.run_name = state["run_name"]
