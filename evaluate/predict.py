@@ -31,7 +31,8 @@ from arc_data.dataset import EvalBatches, NotABuild, load_split  # noqa: E402
 from arc_data.manifest import build_identity  # noqa: E402
 from evaluate.errors import EvaluationInputError  # noqa: E402
 from evaluate.outputs import check_output_dir  # noqa: E402
-from hrm.checkpoint import CheckpointError, is_our_format, load_model, load_original_checkpoint, recorded_build  # noqa: E402
+from hrm.checkpoint import (CheckpointError, is_our_format, load_model, load_original_checkpoint,  # noqa: E402
+                            recorded_build)
 from hrm.checkpoint import read_torch_file as read_checkpoint_file  # noqa: E402
 from hrm.distributed import check_device, init_distributed, shutdown, switch_on, uses_cuda  # noqa: E402
 from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402

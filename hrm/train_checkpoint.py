@@ -115,7 +115,7 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
             # this step and the keep-1 before it; never the one just written, nor the later steps
             # of a line this run branched off in its own folder (resumed from an earlier step): by
             # step number they would be the newest, and the new `latest` would name a pruned folder
-            earlier = [c for c in list_checkpoints(run_dir) if int(c.name[5:]) < step]
+            earlier = [c for c in list_checkpoints(run_dir) if step_number(c) < step]
             for old in earlier[:max(len(earlier) - (keep - 1), 0)]:
                 shutil.rmtree(old)
     barrier(info)
@@ -139,13 +139,18 @@ def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
     return removed
 
 
+def step_number(step_dir: Path) -> int:
+    """N of a `step_<N>` folder (list_checkpoints gives only such)."""
+    return int(step_dir.name[5:])
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Complete step folders, oldest first. Only `step_<N>` counts: a copy beside them
     (`step_7.bak`, `step_best`) is not one of the run's checkpoints (nor a crash of the sort)."""
     run_dir = Path(run_dir)
     found = [p for p in run_dir.glob("step_*")
              if p.name[5:].isdigit() and p.is_dir() and (p / "trainer.pt").is_file()]
-    return sorted(found, key=lambda p: int(p.name[5:]))
+    return sorted(found, key=step_number)
 
 
 def check_run_folder_usable(run_dir: str | Path) -> None:

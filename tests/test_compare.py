@@ -375,31 +375,36 @@ def test_a_failed_arm_is_said_at_once_and_the_other_still_runs(small_build, tmp_
     assert not (tmp_path / "paper.md").exists()
 
 
-def test_the_printed_recipe_goes_on_past_a_diverged_run_and_ends_with_the_table(tmp_path, capsys):
-    """The paper recipe's bash script, run with stand-ins for torchrun and the project's tools:
-    hrm_v1 diverges (torchrun exits 1, diverged.json), hrm_deeploop trains; the script goes on,
-    votes on hrm_deeploop alone and ends with compare.py --report."""
+def run_printed_recipe(tmp_path, capsys, torchrun: str, python: str) -> subprocess.CompletedProcess:
+    """The paper recipe's bash script, run in `tmp_path` (its build there, manifest only) with
+    stand-ins: `torchrun` and `python` are the bodies of bash scripts (`python -c` still runs Python,
+    for the script's digest reads)."""
     assert compare.main(["--preset", "paper"]) == 0
     script = capsys.readouterr().out
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "torchrun").write_text("""#!/usr/bin/env bash
-for a in "$@"; do case $a in checkpoint_path=*) run=${a#checkpoint_path=};; esac; done
-mkdir -p "$run"
-case "$*" in *arch=hrm_v1*) echo '{"step": 7}' > "$run/diverged.json"; exit 1;; esac
-mkdir -p "$run/step_9" "$run/predictions/step_9"; echo step_9 > "$run/latest"; echo {} > "$run/predictions/step_9/info.json"
-""")
-    (bin_dir / "python").write_text(f"""#!/usr/bin/env bash
-case "$1" in -c) exec {sys.executable} "$@";; esac
-echo "$@" >> ran.txt
-""")
+    (bin_dir / "torchrun").write_text("#!/usr/bin/env bash\n" + torchrun)
+    (bin_dir / "python").write_text(f"#!/usr/bin/env bash\ncase \"$1\" in -c) exec {sys.executable} \"$@\";; esac\n"
+                                    + python)
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     build = tmp_path / "data" / "arc-aug-1000"
     build.mkdir(parents=True)
     (build / "manifest.json").write_text(json.dumps({"digest": "d" * 64}))
-    ran = subprocess.run(["bash"], input=script, text=True, capture_output=True, cwd=tmp_path,
-                         env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
+    return subprocess.run(["bash"], input=script, text=True, capture_output=True, cwd=tmp_path,
+                          env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
+
+
+def test_the_printed_recipe_goes_on_past_a_diverged_run_and_ends_with_the_table(tmp_path, capsys):
+    """The paper recipe's bash script, run with stand-ins for torchrun and the project's tools:
+    hrm_v1 diverges (torchrun exits 1, diverged.json), hrm_deeploop trains; the script goes on,
+    votes on hrm_deeploop alone and ends with compare.py --report."""
+    ran = run_printed_recipe(tmp_path, capsys, torchrun="""
+for a in "$@"; do case $a in checkpoint_path=*) run=${a#checkpoint_path=};; esac; done
+mkdir -p "$run"
+case "$*" in *arch=hrm_v1*) echo '{"step": 7}' > "$run/diverged.json"; exit 1;; esac
+mkdir -p "$run/step_9" "$run/predictions/step_9"; echo step_9 > "$run/latest"; echo {} > "$run/predictions/step_9/info.json"
+""", python='echo "$@" >> ran.txt\n')
     assert ran.returncode == 0, ran.stderr
     assert "hrm_v1 diverged: nothing to vote" in ran.stdout
     python_ran = (tmp_path / "ran.txt").read_text().splitlines()
@@ -473,22 +478,9 @@ def test_training_predictions_that_are_reused_equal_what_predict_writes(small_bu
 def test_the_printed_recipe_trains_nothing_on_a_build_whose_rehash_fails(tmp_path, capsys):
     """`build_arc.py --verify B && [ digest = DIGEST ]` under `set -e` goes on when --verify (not the
     last command of the list) fails: a corrupted build, its manifest unchanged, would be trained on."""
-    assert compare.main(["--preset", "paper"]) == 0
-    script = capsys.readouterr().out
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "torchrun").write_text('#!/usr/bin/env bash\necho "$@" >> trained.txt\n')
-    (bin_dir / "python").write_text(f"""#!/usr/bin/env bash
-case "$1" in -c) exec {sys.executable} "$@";; esac
+    ran = run_printed_recipe(tmp_path, capsys, torchrun='echo "$@" >> trained.txt\n', python="""
 case "$*" in *--verify*) echo "train/all__inputs.npy: sha256 differs from the manifest" >&2; exit 1;; esac
 """)
-    for tool in bin_dir.iterdir():
-        tool.chmod(0o755)
-    build = tmp_path / "data" / "arc-aug-1000"
-    build.mkdir(parents=True)
-    (build / "manifest.json").write_text(json.dumps({"digest": "d" * 64}))
-    ran = subprocess.run(["bash"], input=script, text=True, capture_output=True, cwd=tmp_path,
-                         env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
     assert ran.returncode != 0
     assert not (tmp_path / "trained.txt").exists(), "trained on a build that failed its re-hash"
     assert "changed since the recipe began" in ran.stderr
