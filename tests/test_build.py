@@ -3,6 +3,7 @@ determinism, atomicity, bad input, and --verify."""
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from arc_data import build as build_mod
 from arc_data.augment import parse_augmentation_name, undo_augmentation
 from arc_data.build import BuildConfig, build, load_sources
 from arc_data.encoding import crop
+from arc_data.manifest import verify
 from reference_builder import reference_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -458,6 +460,29 @@ def test_ctrl_c_ends_the_build_with_one_line_and_exit_130(tmp_path, monkeypatch,
     assert build_arc.main(["--source-dir", str(src), "--output-dir", str(tmp_path / "b"), "--quiet"]) == 130
     assert capsys.readouterr().err.strip() == "build_arc.py: interrupted; the unfinished build was removed"
     assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_ctrl_c_while_the_previous_build_is_deleted_says_the_new_one_is_in_place(tmp_path, monkeypatch, capsys):
+    """With --overwrite the previous build is deleted after the new one is renamed into place, which
+    takes seconds for a large build: a Ctrl-C then must not report the finished build as removed."""
+    src = small_source(tmp_path / "src")
+    args = ["--source-dir", str(src), "--num-aug", "2", "--output-dir", str(tmp_path / "b"), "--quiet"]
+    assert build_arc.main(args) == 0
+    capsys.readouterr()
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *a, **k):
+        if ".b.old-" in str(path):
+            raise KeyboardInterrupt
+        real_rmtree(path, *a, **k)
+    monkeypatch.setattr(build_mod.shutil, "rmtree", rmtree)
+    assert build_arc.main(args + ["--overwrite", "--seed", "7"]) == 130
+    old = tmp_path / f".b.old-{build_mod._owner()}"
+    assert capsys.readouterr().err.strip() == (
+        f"build_arc.py: interrupted after the build was finished: {tmp_path / 'b'} is complete; what is left of "
+        f"the previous build, {old}, goes at the next build there (or delete it)")
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["settings"]["seed"] == 7
+    assert verify(tmp_path / "b") == [] and sorted(os.listdir(tmp_path)) == sorted([old.name, "b", "src"])
 
 
 # Run by test_sigterm_removes_the_temporary_folder: a build whose first chunk of rows takes a minute,
