@@ -60,7 +60,7 @@ class Arm:
 class Recipe:
     preset: str
     build: Path
-    build_cmd: list[str] | None          # None: the build exists already
+    extra_dir: Path | None               # paper: ConceptARC's corpus when the build must be made; None: it exists
     arms: list[Arm]
     common: list[str]                    # pretrain.py overrides shared by both arms
     launcher: list[str]                  # how pretrain.py / predict.py are started
@@ -68,6 +68,12 @@ class Recipe:
     K: list[int]
     notes: list[str] = field(default_factory=list)
     ranks: int = 1                       # processes the launcher starts (torchrun's --nproc-per-node)
+
+    @property
+    def build_cmd(self) -> list[str] | None:
+        if self.extra_dir is None:
+            return None
+        return [PYTHON, "build_arc.py", "--extra-dir", str(self.extra_dir), "--output-dir", str(self.build)]
 
     def run_dir(self, arm: Arm) -> Path:
         return self.work / arm.name
@@ -98,16 +104,10 @@ def cpu_recipe(args) -> Recipe:
 PAPER_EXTRA_DIR = "ConceptARC/corpus"    # the published recipe's 960 tasks: ARC-AGI-1 + ConceptARC
 
 
-def paper_build_cmd(extra_dir: str | Path, build: Path) -> list[str]:
-    return [PYTHON, "build_arc.py", "--extra-dir", str(extra_dir), "--output-dir", str(build)]
-
-
 def paper_recipe(args) -> Recipe:
     work = args.work or Path("checkpoints/compare_paper")
     build = args.data or Path("data/arc-aug-1000")
-    build_cmd = None
-    if not (build / "manifest.json").is_file():
-        build_cmd = paper_build_cmd(args.extra_dir or PAPER_EXTRA_DIR, build)
+    extra_dir = None if (build / "manifest.json").is_file() else Path(args.extra_dir or PAPER_EXTRA_DIR)
     launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc)]
     common = [f"seed={args.seed}"] + ([f"max_steps={args.steps}"] if args.steps else []) \
         + ([f"lr={exact_text(args.lr)}"] if args.lr else []) + args.set
@@ -115,7 +115,7 @@ def paper_recipe(args) -> Recipe:
             Arm("hrm_deeploop", "HRM + DeepLoop (hrm_deeploop)", ["arch=hrm_deeploop"])]
     notes = ["Published training defaults (configs/cfg_pretrain.yaml): 100K epochs, global batch 768, lr 1e-4 "
              "(warmup 2000, then constant); evaluation with predictions every 10K epochs."]
-    return Recipe("paper", build, build_cmd, arms, common, launcher, work, [1, 2, 10, 100, 1000], notes,
+    return Recipe("paper", build, extra_dir, arms, common, launcher, work, [1, 2, 10, 100, 1000], notes,
                   ranks=args.nproc)
 
 
@@ -487,8 +487,8 @@ def main(argv=None) -> int:
         print(f"[{(time.perf_counter() - started) / 60:5.1f} min] {message}", flush=True)
 
     recipe.work, recipe.build = recipe.work.resolve(), recipe.build.resolve()
-    if recipe.build_cmd:   # it runs from the repository root (run_logged): its paths as meant from here
-        recipe.build_cmd = paper_build_cmd(Path(args.extra_dir or PAPER_EXTRA_DIR).resolve(), recipe.build)
+    if recipe.extra_dir:   # the build runs from the repository root (run_logged): its paths as meant from here
+        recipe.extra_dir = recipe.extra_dir.resolve()
     try:
         digest, description, arms = run_experiment(recipe, args, say)
         floor = unigram_floor(recipe.build)[0]
