@@ -147,21 +147,25 @@ class EvaluationSplit:
 
 def check_indices(split_dir: Path, split: dict) -> None:
     """The split's index arrays must cut its rows in order: puzzle_indices from 0 to the number of
-    rows (one more entry than puzzles), group_indices from 0 to the number of puzzles, neither
-    decreasing; inputs and labels as long as each other. A damaged or hand-edited build is refused
-    here, naming the file, rather than failing on a row that is not there."""
+    rows (one more entry than puzzles), never decreasing; group_indices from 0 to the number of
+    puzzles, increasing (a group starts with its original puzzle, as arc_data.dataset requires);
+    inputs and labels as long as each other. A damaged or hand-edited build is refused here, naming
+    the file, rather than failing on a row that is not there."""
     rows = len(split["inputs"])
     if len(split["labels"]) != rows:
         raise EvaluationInputError(f"{split_dir}/all__labels.npy has {len(split['labels'])} rows, all__inputs.npy "
                                    f"{rows}; rebuild the data")
     puzzles = len(split["puzzle_identifiers"])
-    for name, end, entries, counted in (("puzzle_indices", rows, puzzles + 1, "rows of all__inputs.npy"),
-                                        ("group_indices", puzzles, None, "puzzles of all__puzzle_identifiers.npy")):
+    for name, end, entries, least, counted in (
+            ("puzzle_indices", rows, puzzles + 1, 0, "rows of all__inputs.npy"),
+            # an empty group would have its task named after the next group's puzzle (or past the last)
+            ("group_indices", puzzles, None, 1, "puzzles of all__puzzle_identifiers.npy")):
         index = split[name]
-        if len(index) < 1 or index[0] != 0 or index[-1] != end or np.any(np.diff(index) < 0) \
+        if len(index) < 1 or index[0] != 0 or index[-1] != end or np.any(np.diff(index) < least) \
                 or (entries is not None and len(index) != entries):
+            order = "increasing" if least else "without decreasing"
             raise EvaluationInputError(f"{split_dir}/all__{name}.npy does not cut the split's {end} {counted} in "
-                                       f"order (it must run from 0 to {end} without decreasing, one entry more than "
+                                       f"order (it must run from 0 to {end} {order}, one entry more than "
                                        f"the parts it cuts); rebuild the data")
 
 

@@ -1,9 +1,9 @@
 """Group predictions into candidate answers per test input and rank them (count, then confidence).
 
-Rows are sorted by one 64-bit key mixing the test pair into the answer's hash (one argsort: a third
-of the time of a three-key lexsort); a run of equal keys is one answer, confirmed pair and cell by
-cell: rows that differ despite equal keys (never seen, but a hash is not a proof) are split into
-separate answers, so the vote is exact whatever the hash does.
+Rows are sorted by one 64-bit key mixing the test pair into the answer's hash, then by confidence
+(two keys, where pair, h1 and h2 would take three); a run of equal keys is one answer, confirmed
+pair and cell by cell: rows that differ despite equal keys (never seen, but a hash is not a proof)
+are split into separate answers, so the vote is exact whatever the hash does.
 """
 from __future__ import annotations
 
@@ -85,7 +85,10 @@ def group_candidates(pair_of_row: np.ndarray, h1: np.ndarray, h2: np.ndarray, po
     """
     rows = np.flatnonzero(pair_of_row >= 0)
     key = h1[rows] ^ (pair_of_row[rows].astype(np.uint64) * _PAIR_MIX)
-    by_key = np.argsort(key)
+    # confidence second: an answer's confidences are then summed in one order whatever the order of
+    # the rows, so that equal sets give equal means (an exact tie, for the hash to break) where a
+    # sum in row order could differ in its last bit and rank by the row order after all
+    by_key = np.lexsort((confidence[rows], key))
     order = rows[by_key]
     starts = _run_starts(key[by_key])
     uniform = _runs_uniform(order, starts, pair_of_row, pool, start, shape)

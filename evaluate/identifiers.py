@@ -31,8 +31,11 @@ class Identifiers:
 
     def _split_plain_list(self, raw: bytes) -> bool:
         """Find the names of ``json.dumps(list_of_names)`` output without decoding it: no escapes,
-        so every pair of quotes encloses one name, and only ``", "`` (or ``","``) between them."""
-        if b"\\" in raw or not raw.lstrip().startswith(b'["') or not raw.rstrip().endswith(b'"]'):
+        so every pair of quotes encloses one name, and only ``", "`` (or ``","``) between them.
+        Only ASCII, as json.dumps writes it: other bytes (a file that is not UTF-8) go to json,
+        which names the file, where decoding a name here later would fail unnamed."""
+        if b"\\" in raw or not raw.isascii() or not raw.lstrip().startswith(b'["') \
+                or not raw.rstrip().endswith(b'"]'):
             return False
         buf = np.frombuffer(raw, dtype=np.uint8)
         quotes = np.flatnonzero(buf == _QUOTE)

@@ -39,7 +39,7 @@ from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.pretrain_config import let_the_speaker_finish, say_once_per_node  # noqa: E402
 from hrm.train_checkpoint import (list_checkpoints, missing_step_hint, previous_checkpoint_hint,  # noqa: E402
-                                  resolve_resume)
+                                  resolve_resume, step_number)
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
 SWITCH = {"auto": "auto", "true": True, "false": False}
@@ -61,7 +61,8 @@ def parse_args(argv: list[str]) -> dict:
     if "checkpoint" not in args:
         raise PredictError("checkpoint=PATH is required")
     if "batch_size" in args:
-        if not args["batch_size"].isdigit() or int(args["batch_size"]) < 1:
+        size = args["batch_size"]
+        if not (size.isascii() and size.isdigit()) or int(size) < 1:     # isdigit() takes `²` too
             raise PredictError(f"batch_size must be a positive whole number, got {args['batch_size']!r}")
         args["batch_size"] = int(args["batch_size"])
     if str(args["compile"]).lower() not in SWITCH:
@@ -111,8 +112,8 @@ def resolve_checkpoint(checkpoint: str) -> str:
         if int(os.environ.get("RANK", "0")) == 0:   # under torchrun, said once
             print(f"checkpoint: {chosen} (the latest of the run folder {path})")
         return str(chosen)
-    originals = sorted((p for p in path.glob("step_*") if p.is_file() and p.name[5:].isdigit()),
-                       key=lambda p: int(p.name[5:]))
+    originals = sorted((p for p in path.glob("step_*") if p.is_file() and step_number(p) is not None),
+                       key=step_number)
     if originals and (path / "all_config.yaml").is_file():
         raise PredictError(f"checkpoint {checkpoint} is a run folder of the original HRM code: pass one of its "
                            f"checkpoint files, e.g. checkpoint={originals[-1]} (the newest of {len(originals)})")
@@ -178,7 +179,8 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
             data_path = config.get("data_path")
         seq_len = load_split(data_path, "test").metadata.seq_len if data_path else None
         model = load_original_checkpoint(str(path), str(config_file), seq_len=seq_len, raw=payload)
-        step = int(path.name.split("_")[-1]) if path.name.split("_")[-1].isdigit() else None
+        number = path.name.split("_")[-1]
+        step = int(number) if number.isascii() and number.isdigit() else None   # isdigit() takes `²` too
         out = path.parent / "predictions" / path.name
         trained_on = None
     if data_path is None:

@@ -94,8 +94,10 @@ def _folder(folder: Path, source: str) -> PredictionSet:
 def _newest_step_hint(folder: Path) -> str:
     """For a run folder (or its predictions/) passed as --predictions: the newest step_<N>
     predictions inside it, which is what was meant."""
+    # hrm.train_checkpoint.step_number's rule (ASCII digits: isdigit() takes `step_²`, int() does
+    # not), not the function: its module loads torch, which vote.py does without
     steps = [p.parent for pattern in ("step_*/info.json", "predictions/step_*/info.json")
-             for p in folder.glob(pattern) if p.parent.name[5:].isdigit()]
+             for p in folder.glob(pattern) if p.parent.name[5:].isascii() and p.parent.name[5:].isdigit()]
     if not steps:
         return ""
     newest = max(steps, key=lambda p: int(p.name[5:]))

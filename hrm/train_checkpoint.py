@@ -139,9 +139,13 @@ def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
     return removed
 
 
-def step_number(step_dir: Path) -> int:
-    """N of a `step_<N>` folder (list_checkpoints gives only such)."""
-    return int(step_dir.name[5:])
+def step_number(step_dir: Path) -> int | None:
+    """N of a `step_<N>` folder or file, None for any other name (`step_7.bak`, `step_best`,
+    `step_`). ASCII digits only: str.isdigit() also takes `²`, which int() refuses."""
+    digits = step_dir.name.removeprefix("step_")
+    if digits == step_dir.name or not (digits.isascii() and digits.isdigit()):
+        return None
+    return int(digits)
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -149,7 +153,7 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     (`step_7.bak`, `step_best`) is not one of the run's checkpoints (nor a crash of the sort)."""
     run_dir = Path(run_dir)
     found = [p for p in run_dir.glob("step_*")
-             if p.name[5:].isdigit() and p.is_dir() and (p / "trainer.pt").is_file()]
+             if step_number(p) is not None and p.is_dir() and (p / "trainer.pt").is_file()]
     return sorted(found, key=step_number)
 
 

@@ -70,6 +70,13 @@ def test_original_and_our_checkpoints_predict_the_same(small_build, tmp_path, ca
     np.testing.assert_allclose(a["q_halt_logits"][:16], out["q_halt_logits"].numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_an_original_checkpoint_named_without_a_step_number_has_no_step(small_build, tmp_path):
+    original = write_original_run(small_build, tmp_path / "orig")
+    renamed = original.rename(original.with_name("step_\u00b2"))      # isdigit() yet no number: int() refuses it
+    assert predict.main([f"checkpoint={renamed}", "batch_size=16"]) == 0
+    assert json.loads((tmp_path / "orig" / "predictions" / renamed.name / "info.json").read_text())["step"] is None
+
+
 def test_checkpoint_that_does_not_fit_the_build_is_refused(small_build, tmp_path, capsys):
     original = write_original_run(small_build, tmp_path / "orig", num_ids=5)
     assert predict.main([f"checkpoint={original}"]) == 2
@@ -347,6 +354,8 @@ def test_predict_refuses_bad_compile_and_batch_size_before_loading(tmp_path, mon
     missing = tmp_path / "no-such-checkpoint"   # never read: the arguments are refused first
     assert predict.main([f"checkpoint={missing}", "compile=maybe"]) == 2
     assert "compile must be auto, true or false, got 'maybe'" in capsys.readouterr().err
+    assert predict.main([f"checkpoint={missing}", "batch_size=\u00b2"]) == 2     # isdigit(), not a number
+    assert "batch_size must be a positive whole number, got '\u00b2'" in capsys.readouterr().err
     monkeypatch.setenv("WORLD_SIZE", "3")
     assert predict.main([f"checkpoint={missing}", "batch_size=16", "device=cpu"]) == 2
     assert "batch_size=16 is not divisible by the world size 3" in capsys.readouterr().err
@@ -446,6 +455,7 @@ def test_folders_without_a_checkpoint_are_explained(small_build, tmp_path, capsy
             f"model.pt and trainer.pt)") in one_line_error(capsys)
     original = write_original_run(small_build, tmp_path / "orig")
     torch.save({}, tmp_path / "orig" / "step_99")
+    torch.save({}, tmp_path / "orig" / "step_\u00b2")      # not a step number, though str.isdigit says so
     assert predict.main([f"checkpoint={tmp_path / 'orig'}"]) == 2      # the original code's run folder
     err = one_line_error(capsys)
     assert f"checkpoint={original}" in err and "(the newest of 2)" in err, err
@@ -477,6 +487,7 @@ def test_a_copy_beside_the_step_folders_is_not_a_checkpoint(small_build, tmp_pat
     run = write_run_folder(small_build, tmp_path, latest=None)
     shutil.copytree(run / "step_7", run / "step_7.bak")
     shutil.copytree(run / "step_7", run / "step_best")
+    shutil.copytree(run / "step_7", run / "step_\u00b2")        # isdigit() yet no number: int() refuses it
     assert predict.main([f"checkpoint={run / 'step_7'}", "batch_size=16"]) == 0, capsys.readouterr().err
     assert predict.resolve_checkpoint(str(run)) == str(run / "step_7")
 

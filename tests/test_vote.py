@@ -149,3 +149,29 @@ def test_real_task_shapes_right_answers_under_every_transform(tmp_path):
     votes, stats, res = score(build, p.save(tmp_path / "p.npz"), ks=(1, 2))
     assert stats.votes.tolist() == [15] * len(stats.votes) and (stats.correct_votes == 8).all()
     assert res[1]["task"] == 1.0 and res[1]["pair"] == 1.0
+
+
+def test_exact_ties_are_ranked_the_same_whatever_the_order_of_the_rows(build, tmp_path):
+    """Two answers with the same votes and the same confidences are an exact tie, ordered by hash
+    (README): however their rows are ordered (another world size, other rank files), the ranking
+    must not change, though a float sum of the same confidences in another order can differ."""
+    import itertools
+
+    def sigmoid(q):
+        return 0.5 * (1.0 + np.tanh(0.5 * np.float64(np.float32(q))))
+    rng = np.random.default_rng(0)
+    while True:      # three logits whose sigmoids add up differently in another order
+        qs = rng.normal(size=3).astype(np.float32)
+        if len({sum(sigmoid(qs[i]) for i in order) for order in itertools.permutations(range(3))}) > 1:
+            break
+    ranks, confidences = set(), set()
+    for right_order, wrong_order in itertools.product(itertools.permutations(qs), repeat=2):
+        p = Predictions(build, TASKS)
+        for q in right_order:
+            p.add("task_one", 0, truth("task_one"), q=float(q))
+        for q in wrong_order:
+            p.add("task_one", 0, WRONG, q=float(q))
+        votes, stats, _ = score(build, p.save(tmp_path / "p.npz"))
+        ranks.add(int(stats.correct_rank[0]))
+        confidences.update(votes.candidates.confidence[:2].tolist())
+    assert len(ranks) == 1 and len(confidences) == 1

@@ -96,6 +96,9 @@ def test_a_run_folder_as_predictions_names_its_newest_step(workdir):
     from evaluate.errors import EvaluationInputError
     from evaluate.predictions import resolve_predictions
     run = workdir / "checkpoints" / "proj" / "run"
+    for name in ("step_x", "step_", "step_\u00b2"):      # no step numbers (the last: isdigit() but not int())
+        (run / "predictions" / name).mkdir()
+        (run / "predictions" / name / "info.json").write_text("{}")
     for folder in (run, run / "predictions"):
         with pytest.raises(EvaluationInputError, match=f"the newest: --predictions {run / 'predictions' / 'step_5'}"):
             resolve_predictions(str(folder))

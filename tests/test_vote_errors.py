@@ -87,6 +87,13 @@ def test_int64_predictions_are_accepted(build, tmp_path):
     assert voted(build, path).correct.tolist() == [True]
 
 
+def test_identifiers_json_that_is_not_utf8_is_named(build):
+    path = build / "identifiers.json"
+    path.write_bytes(path.read_bytes().replace(b"task_three", b"task_thr\xe9e"))    # Latin-1, say
+    with pytest.raises(EvaluationInputError, match=rf"{path}: not valid JSON \('utf-8' codec can't decode"):
+        load_test_split(build)
+
+
 def test_incomplete_build_names_the_missing_file(build, tmp_path):
     (build / "test" / "all__labels.npy").unlink()
     with pytest.raises(EvaluationInputError, match=r"all__labels.npy not found"):
@@ -96,7 +103,9 @@ def test_incomplete_build_names_the_missing_file(build, tmp_path):
 @pytest.mark.parametrize("name, change", [
     ("puzzle_indices", lambda a: np.append(a[:-1], a[-1] + 5)),    # past the last row
     ("puzzle_indices", lambda a: a[::-1].copy()),                    # decreasing
-    ("group_indices", lambda a: np.append(a[:-1], a[-1] + 1))])      # past the last puzzle
+    ("group_indices", lambda a: np.append(a[:-1], a[-1] + 1)),       # past the last puzzle
+    ("group_indices", lambda a: np.append(a, a[-1])),                # a group without puzzles at the end
+    ("group_indices", lambda a: np.insert(a, 1, a[1]))])             # ... and in the middle
 def test_index_arrays_that_do_not_cut_the_rows_name_the_file(build, name, change):
     path = build / "test" / f"all__{name}.npy"
     np.save(path, change(np.load(path)))
