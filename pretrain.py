@@ -47,14 +47,14 @@ def launch(hydra_config: DictConfig) -> None:
     try:
         settings, note = resume_with_saved_settings(OmegaConf.to_container(hydra_config, resolve=True),
                                                     list(HydraConfig.get().overrides.task), tag)
-    except ValueError as e:     # the checkpoint's trainer.pt cannot be read (CheckpointError)
+    except ValueError as e:     # a trainer.pt that cannot be read (CheckpointError), a run in another project
         exit_bad_config(f"error: {e}")
     try:
         config = PretrainConfig(**settings)
     except ValidationError as e:
         # a resume= path that names no checkpoint first: the settings refused may be the config
         # files' only because there was no checkpoint to take the run's own from
-        problem = resume_path_problem(settings)
+        problem = resume_path_problem(settings, tag)
         exit_bad_config(f"error: {problem}" if problem else format_validation_error(e))
     try:    # here, said once, rather than by every rank's Trainer
         config.check_world_size(int(os.environ.get("WORLD_SIZE", "1")))

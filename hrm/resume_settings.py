@@ -80,11 +80,8 @@ def checkpoint_to_resume(config: dict, tag: str) -> Path | None:
     resume = config.get("resume")
     if not resume:
         return None
-    from hrm.train import run_folder
     from hrm.train_checkpoint import resolve_resume
-    named = bool(config.get("checkpoint_path") or config.get("run_name"))
-    run_dir = run_folder(config.get("project_name"), config.get("run_name"), config.get("checkpoint_path"),
-                         str(config.get("data_path")), tag) if named else None
+    run_dir = named_run_folder(config, tag)
     try:
         if resume == "auto":
             return resolve_resume("latest", run_dir) if run_dir is not None else None
@@ -93,17 +90,46 @@ def checkpoint_to_resume(config: dict, tag: str) -> Path | None:
         return None
 
 
-def resume_path_problem(config: dict) -> str | None:
-    """Why `resume`, given as a path (not latest/auto), names no checkpoint: the Trainer's own
-    message (a step folder removed by keep_checkpoints or mistyped names the run's last ones), or
-    None. With nothing to resume, the config files' values stand in for the run's settings, and a
-    refusal of them (`data_path: not a build`) would hide the actual mistake."""
+def run_in_another_project(config: dict, tag: str) -> str | None:
+    """`resume=latest run_name=X` (no checkpoint_path) that finds no checkpoint in its project while
+    a run of that name has some in another one: the refusal naming them (resolve_resume's), else
+    None. The project comes from data_path (`<data folder>-hrm`), which a resume need not give: it
+    is then the config files' build's, where a sweep's job would find nothing and start afresh,
+    from the config files' settings (a single run is refused, said here before anything else)."""
+    if config.get("resume") != "latest" or not config.get("run_name") or config.get("checkpoint_path"):
+        return None
+    from hrm.train_checkpoint import resolve_resume, same_name_elsewhere
+    run_dir = named_run_folder(config, tag)
+    try:
+        resolve_resume("latest", run_dir)
+    except FileNotFoundError as e:
+        return str(e) if same_name_elsewhere(run_dir) else None
+    return None
+
+
+def named_run_folder(config: dict, tag: str = "") -> Path | None:
+    """The run folder that checkpoint_path or run_name names (as hrm.train.run_names finds it), or
+    None: a default run name holds the time it started."""
+    if not (config.get("checkpoint_path") or config.get("run_name")):
+        return None
+    from hrm.train import run_folder
+    return run_folder(config.get("project_name"), config.get("run_name"), config.get("checkpoint_path"),
+                      str(config.get("data_path")), tag)
+
+
+def resume_path_problem(config: dict, tag: str = "") -> str | None:
+    """Why `resume`, given as a path or as latest (not auto, nor latest in a sweep: there a job with
+    nothing to resume starts afresh), names no checkpoint: the Trainer's own message (a step folder
+    removed by keep_checkpoints or mistyped names the run's last ones; latest names the folder it
+    looked in), or None. With nothing to resume, the config files' values stand in for the run's
+    settings, and a refusal of them (`data_path: not a build`) would hide the actual mistake."""
     resume = config.get("resume")
-    if not resume or resume in ("latest", "auto"):
+    if not resume or resume == "auto" or (resume == "latest" and tag):
         return None
     from hrm.train_checkpoint import resolve_resume
     try:
-        resolve_resume(resume, None, other_projects=False)
+        resolve_resume(resume, named_run_folder(config) if resume == "latest" else None,
+                       other_projects=not config.get("checkpoint_path"))
     except (ValueError, FileNotFoundError, OSError) as e:
         return str(e)
     return None
@@ -138,7 +164,10 @@ def resume_with_saved_settings(composed: dict, task_overrides: list[str], tag: s
     """pretrain.py's step: `composed` with the settings of the checkpoint it resumes (see the
     module's docstring), and a note naming those that differ from the config files' (None when
     nothing changed or nothing is resumed). Raises CheckpointError for a trainer.pt that cannot be
-    read (saved_config)."""
+    read (saved_config), ValueError for a run resumed in the wrong project (run_in_another_project)."""
+    elsewhere = run_in_another_project(composed, tag)
+    if elsewhere:
+        raise ValueError(elsewhere)
     checkpoint = checkpoint_to_resume(composed, tag)
     if checkpoint is None:
         return composed, None

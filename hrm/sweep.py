@@ -51,7 +51,8 @@ def is_multirun() -> bool:
 def sweep_tag() -> str:
     """In a multirun (-m), this job's values of the swept keys (`arch.scaling.p=0.3`), swept on the
     command line or in `hydra.sweeper.params`, for its run name; '' otherwise. '/' becomes '_': the
-    tag is one folder name."""
+    tag is one folder name. Sorted: the same sweep resumed with its keys in another order finds its
+    runs (Hydra gives a job's values in the order of the command line)."""
     from hydra.core.hydra_config import HydraConfig
     if not is_multirun():
         return ""
@@ -59,7 +60,7 @@ def sweep_tag() -> str:
     swept = swept_keys(sys.argv[1:]) | set(OmegaConf.select(hydra_config, "sweeper.params", default=None) or {})
     task = OmegaConf.to_container(hydra_config.overrides.task, resolve=False)
     job = [o for o in task if o.split("=", 1)[0].lstrip("+~") in swept]
-    return ",".join(job).replace("/", "_")
+    return ",".join(sorted(job)).replace("/", "_")
 
 
 def sweep_record_on_rank_zero(argv: list[str]) -> list[str]:
@@ -210,6 +211,18 @@ def checkpoints_in_the_way(config: PretrainConfig, tag: str, job_chdir: bool = F
             f"sweep's runs, or another run_name / checkpoint_path to start new ones")
 
 
+def jobs_share_a_run(config: PretrainConfig, swept: set[str]) -> str | None:
+    """Why a sweep's jobs that resume one checkpoint by its path (`resume=<run or step folder>`, not
+    swept) without run_name or checkpoint_path cannot run: each would continue that run in its own
+    folder (hrm.train.Trainer._resume), one after the other (the next job from the last one's latest
+    step, or saving over it, in one log), and the swept values would name no run."""
+    if config.resume in (None, "latest", "auto") or "resume" in swept or config.run_name or config.checkpoint_path:
+        return None
+    return (f"resume={config.resume}: every job would continue that run in its folder, one after the other; pass "
+            f"run_name (or checkpoint_path) for each job to start a run of its own from that checkpoint "
+            f"(<run_name>-<its swept values>)")
+
+
 def tell_problems(by_problem: dict[str, list[str]], total: int, noun: str, named: int = 5) -> list[str]:
     """Each problem once, after whom it concerns: `every <noun>` when all `total` share it, else
     the first `named` of them and how many more."""
@@ -246,8 +259,9 @@ def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> Pretra
 
 class CheckEveryJob(Callback):
     """Before a sweep's first job: every job's config must compose and validate (the world size
-    included), and a job that starts afresh must not find checkpoints in its run folder, or the
-    sweep stops with exit 2, naming each bad job, having run nothing."""
+    included), a job that starts afresh must not find checkpoints in its run folder, and jobs must
+    not share one run (jobs_share_a_run), or the sweep stops with exit 2, naming each bad job,
+    having run nothing."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Hydra turns a callback's exception into a warning and goes on: say plainly that the check
@@ -294,7 +308,8 @@ class CheckEveryJob(Callback):
                                            settings=job_settings)
                 # the job's HydraConfig is set: its tag is the one the job's sweep_tag() will give
                 problem = checked if isinstance(checked, str) else \
-                    checkpoints_in_the_way(checked, sweep_tag(), bool(HydraConfig.get().job.chdir))
+                    checkpoints_in_the_way(checked, sweep_tag(), bool(HydraConfig.get().job.chdir)) or \
+                    jobs_share_a_run(checked, swept)
                 if problem:
                     values = " ".join(o for o in job if o.split("=", 1)[0] in swept)
                     by_problem.setdefault(problem, []).append(f"#{i} ({values})")

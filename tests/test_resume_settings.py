@@ -191,3 +191,38 @@ def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, t
     from hrm.resume_settings import resume_with_saved_settings
     merged, _ = resume_with_saved_settings(composed, [f"resume={run}"])
     assert merged["max_steps"] == 3 and merged["arch"]["name"] == "micro"
+
+
+def test_resume_latest_of_a_run_in_another_project_is_refused_naming_it(tmp_path, monkeypatch):
+    """`resume=latest run_name=X` without the data_path X trained on: the project is the config
+    files' build's (`arc-aug-1000-hrm`), where X is not. The refusal names where X's checkpoints
+    are, before the config files' data_path stands in for the run's (`data_path: not a build`); a
+    sweep's job resumed so is refused too, rather than started afresh in that project. A job whose
+    name is nowhere (one that diverged before its first checkpoint) still starts afresh."""
+    from hrm.resume_settings import resume_with_saved_settings
+    monkeypatch.chdir(tmp_path)
+    for run in ("X", "X-lr=0.001"):
+        (tmp_path / "checkpoints" / "quickstart-hrm" / run / "step_2").mkdir(parents=True)
+        torch.save({"format": FORMAT, "config": {"lr": 1.0}},
+                   tmp_path / "checkpoints" / "quickstart-hrm" / run / "step_2" / "trainer.pt")
+    for tag in ("", "lr=0.001"):
+        with pytest.raises(ValueError) as refused:
+            resume_with_saved_settings(compose("resume=latest", "run_name=X"), ["resume=latest", "run_name=X"], tag)
+        name = f"X-{tag}" if tag else "X"
+        assert str(refused.value) == (
+            f"resume=latest: no checkpoint under {os.path.join('checkpoints', 'arc-aug-1000-hrm', name)}; a run of "
+            f"that name has checkpoints in another project: {os.path.join('checkpoints', 'quickstart-hrm', name)} "
+            f"(pass its project_name=; the project defaults to '<data folder>-hrm')")
+    composed = compose("resume=latest", "run_name=X")
+    assert resume_with_saved_settings(composed, ["resume=latest", "run_name=X"], "lr=0.002") == (composed, None)
+    # from pretrain.py (no build of the config files' here), and for a run name found nowhere (a typo)
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    elsewhere, nowhere = together(*[lambda name=name: subprocess.run(
+        [sys.executable, str(ROOT / "pretrain.py"), "resume=latest", f"run_name={name}"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=120, env=env) for name in ("X", "Y")])
+    for run, said in ((elsewhere, "X; a run of that name has checkpoints in another project: "
+                                  f"{os.path.join('checkpoints', 'quickstart-hrm', 'X')}"), (nowhere, "Y\n")):
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert (f"pretrain.py: error: resume=latest: no checkpoint under "
+                f"{os.path.join('checkpoints', 'arc-aug-1000-hrm', said)}") in run.stderr, run.stderr[-3000:]
+        assert "not a build" not in run.stderr

@@ -120,3 +120,36 @@ def test_only_a_fresh_job_in_a_named_run_folder_with_checkpoints_is_in_the_way(t
     relative = fresh.model_copy(update={"checkpoint_path": os.path.relpath(tmp_path / "cp")})
     assert sweep.checkpoints_in_the_way(relative, "p=0.3") is not None
     assert sweep.checkpoints_in_the_way(relative, "p=0.3", job_chdir=True) is None
+
+
+def test_a_jobs_tag_does_not_depend_on_the_order_of_the_swept_keys(monkeypatch):
+    """The same sweep resumed (resume=latest) with its swept keys given in another order must find
+    each job's run folder, which its tag names: otherwise every job starts afresh beside its run."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+    tags = []
+    for argv in (["-m", "lr=1e-3,2e-3", "arch.scaling.p=0.3,0.5", "seed=1"],
+                 ["-m", "seed=1", "arch.scaling.p=0.3,0.5", "lr=1e-3,2e-3"]):
+        job = [o.replace("1e-3,2e-3", "0.001").replace("0.3,0.5", "0.3") for o in argv[1:]]   # as Hydra gives it
+        hydra_config = OmegaConf.create({"mode": RunMode.MULTIRUN, "overrides": {"task": job}, "sweeper": {}})
+        monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda hydra_config=hydra_config: hydra_config))
+        monkeypatch.setattr(sys, "argv", ["pretrain.py", *argv])
+        tags.append(sweep.sweep_tag())
+    assert tags[0] == tags[1] == "arch.scaling.p=0.3,lr=0.001"
+
+
+def test_jobs_resuming_one_path_need_runs_of_their_own(tmp_path):
+    """`-m resume=<run> lr=...,...` without run_name or checkpoint_path: every job would continue
+    that run in its own folder, one after the other (the next from the last one's step, or saving
+    over it, in one log). Named before the first job, with what to pass; a sweep of resume paths
+    (several runs continued, each in its folder) and named jobs (each its own branch) are fine."""
+    from hrm.pretrain_config import PretrainConfig
+    run = str(tmp_path / "run")
+    shared = PretrainConfig.model_construct(resume=run, checkpoint_path=None, run_name=None)
+    assert sweep.jobs_share_a_run(shared, {"lr"}) == (
+        f"resume={run}: every job would continue that run in its folder, one after the other; pass run_name (or "
+        f"checkpoint_path) for each job to start a run of its own from that checkpoint (<run_name>-<its swept values>)")
+    assert sweep.jobs_share_a_run(shared, {"lr", "resume"}) is None
+    for named in ({"run_name": "b"}, {"checkpoint_path": str(tmp_path / "b")}, {"resume": "latest"}, {"resume": None}):
+        assert sweep.jobs_share_a_run(shared.model_copy(update=named), {"lr"}) is None, named
