@@ -193,6 +193,25 @@ def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, t
     assert merged["max_steps"] == 3 and merged["arch"]["name"] == "micro"
 
 
+def test_resume_latest_that_finds_nothing_is_said_before_the_config_files_data_path(tmp_path, monkeypatch):
+    """`resume=latest run_name=X` for a run of another build's project, from a checkout without the
+    config files' data/arc-aug-1000: the refusal names where run X's checkpoints are (as the README
+    says), not `data_path: not a build` of the default build that stood in for the run's. In a sweep
+    (a tag), a job without a checkpoint starts afresh: nothing to say."""
+    from hrm.resume_settings import resume_path_problem
+    (tmp_path / "checkpoints" / "small-hrm" / "X" / "step_5").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "small-hrm" / "X" / "step_5" / "trainer.pt").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    config = {"resume": "latest", "run_name": "X", "project_name": None, "checkpoint_path": None,
+              "data_path": "data/arc-aug-1000"}
+    problem = resume_path_problem(config)
+    assert problem.startswith("resume=latest: no checkpoint under checkpoints/arc-aug-1000-hrm/X; ")
+    assert "another project: checkpoints/small-hrm/X (pass its project_name=" in problem
+    assert resume_path_problem(dict(config, project_name="small-hrm")) is None       # found: the run's settings
+    assert resume_path_problem(config, tag="lr=0.1") is None
+    assert resume_path_problem(dict(config, resume="auto")) is None
+
+
 def test_resume_latest_of_a_run_in_another_project_is_refused_naming_it(tmp_path, monkeypatch):
     """`resume=latest run_name=X` without the data_path X trained on: the project is the config
     files' build's (`arc-aug-1000-hrm`), where X is not. The refusal names where X's checkpoints
