@@ -124,6 +124,11 @@ def main():
     parser.add_argument("--batch", type=int, default=None, help="override the batch size")
     parser.add_argument("--compile", action="store_true", help="torch.compile the loss head")
     args = parser.parse_args()
+    # no timed step is no figure (a ZeroDivisionError after the warm-up, before)
+    if args.steps < 1 or args.warmup < 0:
+        parser.error(f"--steps must be at least 1 and --warmup at least 0, got {args.steps} and {args.warmup}")
+    if args.batch is not None and args.batch < 1:
+        parser.error(f"--batch must be at least 1, got {args.batch}")
 
     if args.config in ("all", "cpu-bench"):
         torch.set_num_threads(1)

@@ -34,7 +34,11 @@ def bench_train(train, batch: int, world: int, epochs_per_iteration: int, second
                           epochs_per_iteration=epochs_per_iteration)
     start = time.perf_counter()
     batches = reader.iteration_batches()
-    rows = len(next(batches)["inputs"])
+    try:
+        rows = len(next(batches)["inputs"])
+    except StopIteration:   # the reader drops a last partial batch: a small build's iteration may hold none
+        raise ValueError(f"an iteration of {epochs_per_iteration} epoch(s) of this build holds fewer rows than one "
+                         f"global batch of {batch}: raise --epochs-per-iteration or lower --batch") from None
     first = time.perf_counter() - start
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -71,7 +75,11 @@ def main() -> None:
                    help="the reader's iteration (= eval_interval; default the published 10000)")
     p.add_argument("--seconds", type=float, default=5.0, help="timed seconds per world size")
     args = p.parse_args()
-    bad = [w for w in args.world if w < 1 or args.batch % w]
+    # the reader's own checks would end in a traceback
+    if args.batch < 1 or args.epochs_per_iteration < 1 or min(args.world) < 1:
+        p.error(f"--batch, --epochs-per-iteration and --world must be at least 1, got {args.batch}, "
+                f"{args.epochs_per_iteration} and {min(args.world)}")
+    bad = [w for w in args.world if args.batch % w]
     if bad:
         p.error(f"--batch {args.batch} is not divisible by --world {bad[0]}")
     try:
@@ -79,7 +87,11 @@ def main() -> None:
     except (FileNotFoundError, ValueError) as e:
         p.error(f"--data {args.data}: {e}")
     for world in args.world:
-        print(json.dumps(bench_train(train, args.batch, world, args.epochs_per_iteration, args.seconds)), flush=True)
+        try:
+            result = bench_train(train, args.batch, world, args.epochs_per_iteration, args.seconds)
+        except ValueError as e:
+            p.error(f"--data {args.data}: {e}")
+        print(json.dumps(result), flush=True)
     print(json.dumps(bench_eval(test, args.batch, max(args.world))), flush=True)
 
 

@@ -71,9 +71,10 @@ def augmentations(task: dict, rng: np.random.RandomState) -> list[tuple[int, np.
 
 
 def trim(versions: dict[str, list], tasks: dict[str, dict], rows: int) -> None:
-    """Drop augmentations from the tasks with the most, until the test split has ``rows`` examples."""
+    """Drop augmentations from the tasks with the most, until the test split has ``rows`` examples
+    (or only the original tasks are left: fewer rows than their test inputs cannot be had)."""
     total = sum((1 + len(v)) * len(tasks[n]["test"]) for n, v in versions.items())
-    while total > rows:
+    while total > rows and any(versions.values()):
         name = max(versions, key=lambda n: len(versions[n]))
         versions[name].pop()
         total -= len(tasks[name]["test"])
@@ -165,6 +166,8 @@ def generate(arc_dir: Path, out: Path, rows: int, ranks: int, compressed: bool, 
         "mean_puzzle_examples": n / len(puzzles), "sets": ["all"]}))
     folder = out / "predictions"
     folder.mkdir(exist_ok=True)
+    for old in folder.glob("rank_*.npz"):   # left by an earlier run into this --out with more --ranks
+        old.unlink()
     save = np.savez_compressed if compressed else np.savez
     for r, part in enumerate(np.array_split(np.arange(n), ranks)):
         save(folder / f"rank_{r}.npz",
@@ -223,6 +226,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.rows < 1 or args.ranks < 1 or args.runs < 1:   # --runs 0: no timed run, no median (a traceback)
+        ap.error(f"--rows, --ranks and --runs must be at least 1, got {args.rows}, {args.ranks} and {args.runs}")
     # checked before anything is written or spawned (the generator child would fail with a traceback)
     if not any(args.arc_dir.glob("*.json")):
         problem = "no task files (*.json) in" if args.arc_dir.is_dir() else "no such directory:"

@@ -96,6 +96,8 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
+    if args.steps < 1 or args.warmup < 0:   # no timed step has no median (a StatisticsError at the end, before)
+        parser.error(f"--steps must be at least 1 and --warmup at least 0, got {args.steps} and {args.warmup}")
     if not os.path.isfile(os.path.join(args.original, "models", "hrm", "hrm_act_v1.py")):
         raise SystemExit(f"--original {args.original}: no models/hrm/hrm_act_v1.py there "
                          "(expected a checkout of github.com/sapientinc/HRM)")

@@ -180,6 +180,8 @@ def recorded_build(run_dir: Path) -> tuple[list[Path], str]:
     except yaml.YAMLError as e:
         raise RunStatusError(f"{config_file}: not valid YAML ({str(e).splitlines()[0]}); "
                              f"pass --data BUILD") from None
+    except UnicodeDecodeError as e:   # a ValueError, but its message does not name the file
+        raise RunStatusError(f"{config_file}: not text ({e.reason} at byte {e.start}); pass --data BUILD") from None
     recorded = config.get("data_path") if isinstance(config, dict) else None
     if not isinstance(recorded, str) or not recorded:
         raise RunStatusError(f"{run_dir}: no data_path in {config_file}; pass --data BUILD")
@@ -223,8 +225,12 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
         log = read_run_log(run_dir)
     except ValueError as e:   # a foreign or damaged file (read_run_log names it and the line)
         raise RunStatusError(str(e)) from None
-    losses = train_curve(log)
-    steps, logged = logged_steps(log, window)
+    try:
+        losses = train_curve(log)
+        steps, logged = logged_steps(log, window)
+    except (KeyError, TypeError, ValueError) as e:   # JSON objects, but not the trainer's records
+        raise RunStatusError(f"{run_dir / 'log.jsonl'}: a train/lm_loss record without a step or with a loss that "
+                             f"is not a number ({type(e).__name__}: {e})") from None
     exit_code = EXIT_DIVERGED if (run_dir / "diverged.json").is_file() else 0
     evaluation = last_eval(log)
     # the trainer logs {"stopped": 1} when a SIGTERM stops it; a resumed run logs steps after it

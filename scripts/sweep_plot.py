@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluate.errors import EvaluationInputError  # noqa: E402
 from evaluate.font import text_size  # noqa: E402
-from evaluate.outputs import check_output_file  # noqa: E402
-from evaluate.png import write_png  # noqa: E402
+from evaluate.outputs import check_output_file, write_atomic  # noqa: E402
+from evaluate.png import encode_png  # noqa: E402
 from scripts.raster_plot import BLACK, GREY, Axes, Canvas, nice_ticks  # noqa: E402
 from scripts.run_status import DEFAULT_MARGIN, DIVERGED, STUCK, TRAINED  # noqa: E402
 
@@ -165,7 +165,8 @@ def figure6_png(rows: list[dict], floor: float, path: Path, title: str, margin: 
         x0, y0 = (i % columns) * PANEL_W, HEADER + (i // columns) * PANEL_H
         draw_panel(canvas, x0, y0, panel, floor, threshold, seeds, f"lr {lr:g}   loops {loops} (h x l)", y_range)
     draw_legend(canvas, placed, HEADER + panel_rows * PANEL_H + 12)
-    return write_png(Path(path), canvas.pixels)
+    # whole or not at all (a full disk left half a PNG, or cut a re-plot's previous picture short)
+    return write_atomic(Path(path), encode_png(canvas.pixels))
 
 
 # ---------------------------------------------------------------------------- command line
@@ -174,20 +175,32 @@ NEEDED_COLUMNS = ("p", "seed", "lr", "loops", "status", "final_loss", "floor", "
 
 def read_sweep_csv(path: Path) -> list[dict]:
     """The rows of a p_sweep.py CSV, numbers as numbers; ValueError naming the file when it is not one."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in NEEDED_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: not a p_sweep.py CSV (no column {', '.join(missing)})")
-        rows = list(reader)
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in NEEDED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{path}: not a p_sweep.py CSV (no column {', '.join(missing)})")
+            rows = list(reader)
+    except UnicodeDecodeError as e:   # a ValueError whose message would not name the file
+        raise ValueError(f"{path}: not text ({e.reason} at byte {e.start})") from None
+    except csv.Error as e:
+        raise ValueError(f"{path}: not a CSV file ({e})") from None
     if not rows:
         raise ValueError(f"{path}: no rows")
-    try:
-        for row in rows:
+    for line, row in enumerate(rows, start=2):   # the header is line 1
+        if None in row.values():    # a line cut short (a copy interrupted): its last columns are absent
+            raise ValueError(f"{path}: row {line}: fewer fields than the header")
+        try:
             row.update(p=float(row["p"]), seed=int(row["seed"]), lr=float(row["lr"]), steps=int(row["steps"]),
                        final_loss=float(row["final_loss"] or "nan"), floor=float(row["floor"]))
-    except ValueError as e:
-        raise ValueError(f"{path}: row {rows.index(row) + 2}: {e}") from None
+        except ValueError as e:
+            raise ValueError(f"{path}: row {line}: {e}") from None
+        # drawn at their loss: a NaN or infinite one has no pixel (the drawing failed with a traceback)
+        if not math.isfinite(row["floor"]):
+            raise ValueError(f"{path}: row {line}: a floor of {row['floor']:g}")
+        if row["status"] in (TRAINED, STUCK) and not math.isfinite(row["final_loss"]):
+            raise ValueError(f"{path}: row {line}: a {row['status']} run without a finite final_loss")
     return rows
 
 
@@ -226,7 +239,10 @@ def main(argv=None) -> int:
     seeds = sorted({row["seed"] for row in rows})
     title = args.title or (f"p sweep: {args.csv.name}, {max(row['steps'] for row in rows)} steps, "
                            f"seeds {' '.join(map(str, seeds))}")
-    png = figure6_png(rows, floor, args.out or args.csv.with_suffix(".png"), title, margin=args.margin)
+    try:
+        png = figure6_png(rows, floor, args.out or args.csv.with_suffix(".png"), title, margin=args.margin)
+    except EvaluationInputError as e:   # cannot write (a full disk): named, no traceback
+        ap.error(str(e))
     print(f"wrote {png}")
     return 0
 

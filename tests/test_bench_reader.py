@@ -21,3 +21,16 @@ def test_bench_reader_reports_each_ranks_share_and_a_full_eval_pass(small_build)
     test_rows = len(np.load(small_build / "test" / "all__inputs.npy"))
     # rank 0 of 4 gets a quarter of every padded global batch of 8
     assert evals["reader"] == "eval" and evals["rows"] == 2 * evals["batches"] == 2 * -(-test_rows // 8)
+
+
+def test_bad_sizes_are_one_line_not_a_traceback(small_build):
+    """Sizes the reader refuses, and a batch bigger than an iteration of a small build (the reader
+    drops a partial last batch, so the first next() raised StopIteration): one line, exit 2."""
+    for args, message in ((["--batch", "0"], "must be at least 1"), (["--world", "0"], "must be at least 1"),
+                          (["--epochs-per-iteration", "0"], "must be at least 1"),
+                          (["--batch", "100000", "--world", "1", "--epochs-per-iteration", "1"],
+                           "holds fewer rows than one global batch of 100000")):
+        run = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_reader.py"), "--data", str(small_build),
+                              "--seconds", "0.1", *args], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+        assert message in run.stderr and run.stdout == "", (args, run.stderr)

@@ -32,3 +32,13 @@ def test_refuses_a_folder_without_the_original_code(tmp_path):
                           "--original", str(tmp_path)], capture_output=True, text=True)
     assert run.returncode != 0
     assert "models/hrm/hrm_act_v1.py" in run.stderr and str(tmp_path) in run.stderr
+
+
+def test_no_timed_step_is_refused_before_any_work_here_and_in_bench_model(tmp_path):
+    """--steps 0 timed nothing and ended in a traceback (no median of no times): refused at once."""
+    for script in ("bench_vs_original.py", "bench_model.py"):
+        extra = ["--original", str(tmp_path)] if script == "bench_vs_original.py" else ["--config", "cpu-bench"]
+        run = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--steps", "0", *extra],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+        assert "--steps must be at least 1" in run.stderr, run.stderr

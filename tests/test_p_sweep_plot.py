@@ -141,3 +141,47 @@ def test_an_out_that_cannot_be_written_is_named_without_a_traceback(tmp_path, ca
         sweep_plot.main([str(COMMITTED), "--out", str(out)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and ("is a directory" if where == "folder" else "is in its path") in err, err
+
+
+@pytest.mark.parametrize("case, message", [
+    ("binary", "not text"),
+    ("cut_short", "row 3: fewer fields than the header"),
+    ("trained_without_loss", "row 2: a trained run without a finite final_loss"),
+    ("stuck_at_inf", "row 2: a stuck run without a finite final_loss"),
+    ("nan_floor", "row 2: a floor of nan"),
+])
+def test_a_damaged_csv_is_one_line_naming_the_file_and_row(tmp_path, case, message):
+    """A CSV cut short, not text, or with a loss the picture cannot place: one line naming the file
+    (these ended in a traceback from the drawing, or an error that did not say which file)."""
+    header = "p,seed,lr,loops,status,final_loss,floor,steps\n"
+    good = "0.3,0,0.001,2x2,trained,1.2,1.5,9\n"
+    path = tmp_path / f"{case}.csv"
+    if case == "binary":
+        path.write_bytes(b"\x80\x81\xff\n")
+    else:
+        path.write_text(header + {"cut_short": good + "0.3,1,0.001,2x",
+                                  "trained_without_loss": "0.3,0,0.001,2x2,trained,,1.5,9\n",
+                                  "stuck_at_inf": "0.3,0,0.001,2x2,stuck,inf,1.5,9\n",
+                                  "nan_floor": "0.3,0,0.001,2x2,trained,1.2,nan,9\n"}[case])
+    done = run_script(str(path), "--out", str(tmp_path / "x.png"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"{path}: {message}" in done.stderr, done.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_a_picture_that_cannot_be_written_whole_leaves_the_previous_one(tmp_path):
+    """A full disk (here a file-size limit) while writing the PNG: one line naming it, and the
+    previous picture as it was, not half of the new one."""
+    out = tmp_path / "plot.png"
+    out.write_bytes(b"the previous picture")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def limit_file_size():
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))   # Python ignores SIGXFSZ: EFBIG
+    done = subprocess.run([sys.executable, "scripts/sweep_plot.py", str(COMMITTED), "--out", str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, preexec_fn=limit_file_size)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"cannot write {out}" in done.stderr
+    assert out.read_bytes() == b"the previous picture"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png"]    # no temporary file left

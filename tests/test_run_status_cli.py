@@ -173,3 +173,24 @@ def test_a_damaged_log_line_is_named_and_a_cut_last_line_is_not(small_build, tmp
     (binary / "log.jsonl").write_bytes(b"\x80\x81 not text\n")
     assert main([str(binary)]) == 2
     assert capsys.readouterr().err.startswith(f"run_status.py: error: {binary / 'log.jsonl'}: not text")
+
+
+def test_a_config_that_is_not_text_is_named(small_build, tmp_path, capsys):
+    """A binary all_config.yaml: the error names it (it said only "'utf-8' codec can't decode byte 0x80")."""
+    run = write_run(tmp_path / "run", [1.0] * 3, small_build)
+    (run / "all_config.yaml").write_bytes(b"\x80\x81\xff\n")
+    assert main([str(run)]) == 2
+    assert capsys.readouterr().err.startswith(f"run_status.py: error: {run / 'all_config.yaml'}: not text")
+
+
+def test_log_records_that_are_not_the_trainers_are_named_without_a_traceback(small_build, tmp_path, capsys):
+    """JSON objects, but a loss without its step or a loss that is no number: one line naming the log
+    (a KeyError or TypeError traceback before, or a message not naming the file)."""
+    for name, record in (("no_step", {"train/lm_loss": 1.0}), ("null_loss", {"step": 2, "train/lm_loss": None}),
+                         ("word_loss", {"step": 2, "train/lm_loss": "low"})):
+        run = write_run(tmp_path / name, [1.0] * 3, small_build)
+        with open(run / "log.jsonl", "a") as log:
+            log.write(json.dumps(record) + "\n" + json.dumps({"step": 9, "train/lm_loss": 1.0}) + "\n")
+        assert main([str(run)]) == 2, name
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"run_status.py: error: {run / 'log.jsonl'}: a train/lm_loss record"), err
