@@ -208,7 +208,13 @@ def load_original_checkpoint(path: str, config_path: str | None = None, seq_len:
 
     if raw is None:
         raw = torch.load(path, map_location="cpu", weights_only=True)
-    state = {k.removeprefix("_orig_mod."): v for k, v in raw.items()}
+    state = {}
+    for k, v in raw.items():
+        key = k.removeprefix("_orig_mod.")
+        if key in state:   # one would silently replace the other, whichever came later in the file
+            raise CheckpointError(f"original checkpoint {path} holds {key} both with and without the "
+                                  f"'_orig_mod.' prefix (torch.compile's): which one to load is unclear")
+        state[key] = v
     key_map = original_key_map(arch)
     unknown = sorted(set(state) - set(key_map))
     missing = sorted(set(key_map) - set(state))

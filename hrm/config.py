@@ -5,16 +5,17 @@ Public API
 ``ScalingConfig``         the residual-scaling rule (DESIGN.md, "Residual scaling"):
     rule         none | deepnorm | deeploop | custom | prenorm_1_over_n
     p            exponent of the family alpha = (c*N)^p, beta = (d*N)^(-p). None means "the rule's
-                 own value" (deepnorm 1/4, deeploop 1/2); required for custom; must stay None for
-                 none and prenorm_1_over_n.
+                 own value" (deepnorm 1/4, deeploop 1/2); required for custom; another value given
+                 with none, deepnorm or deeploop makes the rule custom; must stay None for
+                 prenorm_1_over_n.
     c, d         constants of the family (2 and 8).
     depth_count  paper | gradient_visible | forward: how N is counted (see hrm.scaling).
     lambda       (``lambda_`` in Python) numerator of the pre-norm rule eps = lambda / (n sqrt(l)):
                  per module, n counts how often its block stack runs (depth_count decides which
                  runs; the ``loops`` of the derived scaling, not its N) and l is its block count.
     H, L         ``ModuleScalingOverride``: per-module overrides (paper eq. 20), every field
-                 optional, None = inherit from the top level. Setting p (or c, d) on a module
-                 without naming its rule makes that module ``custom``.
+                 optional, None = inherit from the top level. Setting p on a module without
+                 naming its rule makes that module ``custom`` (unless p is its rule's own exponent).
 ``ModuleScalingOverride`` the same fields, all optional.
 ``ArchConfig``            one field per knob of the architecture; the YAML presets in configs/arch/
                           mirror it field for field.
@@ -134,8 +135,10 @@ class ScalingConfig(BaseModel):
         override: ModuleScalingOverride = getattr(self, module)
         rule = override.rule
         if rule is None:
-            # A bare exponent on a module turns it into a custom member of the family.
-            rule = "custom" if override.p is not None else self.rule
+            # A bare exponent on a module asks for that member of the family, read as at the top
+            # level (below): on none/deepnorm/deeploop it is custom unless it is the rule's own
+            # exponent (H.p=0.5 on deeploop stays deeploop, as scaling.p=0.5 does); pre-norm has none.
+            rule = "custom" if override.p is not None and self.rule == "prenorm_1_over_n" else self.rule
         if override.p is not None:
             p = override.p
         else:
@@ -212,6 +215,10 @@ class ArchConfig(BaseModel):
         if self.pos_encodings == "rope" and (self.hidden_size // self.num_heads) % 2:
             raise ValueError(f"pos_encodings=rope needs an even head_dim, got "
                              f"hidden_size/num_heads={self.hidden_size // self.num_heads}")
+        # alpha and beta depend on N, known only here: refuse constants outside float32 now, not
+        # when the model is built (hrm.scaling imports this module, hence the late import)
+        from hrm.scaling import derive_scaling
+        derive_scaling(self)
         return self
 
     @property

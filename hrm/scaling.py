@@ -23,7 +23,9 @@ Public API
 ``visit_counts(arch, depth_count) -> (M, N)``
 ``module_loops(arch, module, depth_count) -> int``
 ``derive_scaling(arch) -> dict``   {"H": {...}, "L": {...}} with keys rule, depth_count, M, N, p,
-                                   c, d, alpha, beta, loops, layers, eps (eps None unless pre-norm).
+                                   c, d, alpha, beta, loops, layers, eps (eps None unless pre-norm);
+                                   ValueError for an alpha or beta outside float32's range
+                                   (ArchConfig's validation calls it).
 ``describe_scaling(scaling) -> str`` the single line printed at model construction.
 """
 from __future__ import annotations
@@ -58,6 +60,35 @@ def module_loops(arch: ArchConfig, module: str, depth_count: str) -> int:
     raise ValueError(f"unknown depth_count {depth_count!r}")
 
 
+# float32's largest and smallest normal values: alpha is applied as a float32 tensor and beta
+# scales float32 weights (bfloat16 has the same range), so a constant outside them is inf or 0 there.
+_FLOAT32_MAX, _FLOAT32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
+
+
+def _family_constants(arch: ArchConfig, module: str, s: dict, N: int) -> tuple[float, float]:
+    """alpha = (c N)^p, beta = (d N)^-p; refused, naming the settings, when either would be inf or 0
+    in float32 (|p| of tens, or an extreme c or d): the first step would give nan without a word.
+    Any finite p otherwise, negative too (alpha < 1, beta > 1): the family is defined for every p."""
+    def power(base: float, exponent: float) -> float:
+        try:
+            return base ** exponent
+        except OverflowError:   # Python's float power raises rather than return inf
+            return math.inf
+    alpha, beta = power(s["c"] * N, s["p"]), power(s["d"] * N, -s["p"])
+    if all(_FLOAT32_TINY <= v <= _FLOAT32_MAX for v in (alpha, beta)):
+        return alpha, beta
+
+    def key(field: str) -> str:   # where the value came from: the module's override or the top level
+        if getattr(getattr(arch.scaling, module), field) is not None:
+            return f"scaling.{module}.{field}={s[field]:g}"
+        if field == "p" and s["rule"] != "custom":   # deepnorm's or deeploop's own
+            return f"p={s['p']:g} ({s['rule']})"
+        return f"scaling.{field}={s[field]:g}"
+    raise ValueError(f"module {module}: {', '.join(map(key, ('p', 'c', 'd')))} give alpha = (c*N)^p = "
+                     f"{alpha:.3g} and beta = (d*N)^-p = {beta:.3g} (N={N}), outside float32's range "
+                     f"(inf or 0 there): choose a smaller |p|, or other c, d")
+
+
 def _module_scaling(arch: ArchConfig, module: str) -> dict:
     s = arch.scaling.for_module(module)
     M, N = visit_counts(arch, s["depth_count"])
@@ -65,8 +96,7 @@ def _module_scaling(arch: ArchConfig, module: str) -> dict:
     loops = module_loops(arch, module, s["depth_count"])
     alpha, beta, eps = 1.0, 1.0, None
     if s["rule"] in ("deepnorm", "deeploop", "custom"):
-        alpha = (s["c"] * N) ** s["p"]
-        beta = (s["d"] * N) ** (-s["p"])
+        alpha, beta = _family_constants(arch, module, s, N)
     elif s["rule"] == "prenorm_1_over_n":
         eps = s["lambda_"] / (loops * math.sqrt(layers))
     return dict(rule=s["rule"], depth_count=s["depth_count"], M=M, N=N, p=s["p"], c=s["c"],

@@ -14,9 +14,9 @@ Configurations:
              save ~140 GB of activations for the backward by estimate, about an H200's memory).
 
 FLOPs per token count matrix multiplies (2*m*n*k) and attention (q k^T and p v) of every block
-visit as executed (both segments; the target-Q segment's last block for position 0 only), the
-backward (2x the forward) of the gradient-visible visits and the LM head (forward and backward);
-elementwise work is not counted.
+visit as executed (both segments, the target-Q one only when halt_max_steps > 1, its last block for
+position 0 only), the backward (2x the forward) of the gradient-visible visits and the LM head
+(forward and backward); elementwise work is not counted.
 
 Usage: python scripts/bench_model.py [--config cpu-bench|hrm_v1|all] [--steps 6] [--warmup 2]
                                      [--batch N] [--compile]

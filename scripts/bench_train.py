@@ -93,7 +93,9 @@ def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, com
     seq_len = trainer.train_split.metadata.seq_len
     tokens_per_s = steps * batch * seq_len / seconds
     fpt = flops_per_token(trainer.model.arch, seq_len, trainer.train_split.metadata.vocab_size)
-    result = {"config": config_name, "device": str(info.device), "dtype": str(trainer.model.compute_dtype(info.device)),
+    # "float32", not "torch.float32": the same field as bench_model.py's
+    dtype = str(trainer.model.compute_dtype(info.device)).removeprefix("torch.")
+    result = {"config": config_name, "device": str(info.device), "dtype": dtype,
               "threads": torch.get_num_threads(), "batch": batch, "steps": steps, "compiled": bool(compile_model),
               **warm,
               "steps_per_s": round(steps / seconds, 4), "tokens_per_s": round(tokens_per_s, 1),

@@ -16,6 +16,7 @@ CPU = DistInfo(0, 1, 0, torch.device("cpu"))
 def test_a_spent_time_limit_times_the_minimum_and_no_limit_times_all(small_build, capsys):
     short = bench("hrm_tiny", small_build, 4, 50, 1, False, CPU, 989.0, time_limit=1e-3)
     assert short["steps"] == MIN_TIMED_STEPS and short["tokens_per_s"] > 0
+    assert short["dtype"] == "float32"   # as bench_model.py writes it (it was "torch.float32")
     full = bench("hrm_tiny", small_build, 4, 6, 1, False, CPU, 989.0)
     assert full["steps"] == 6
     # the compile wait is printed as soon as it is known, before the timed loop
@@ -28,3 +29,21 @@ def test_a_data_folder_that_is_not_a_build_is_one_line(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path)
     assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
     assert f"error: --data {tmp_path}: {tmp_path / 'train'}: split directory not found" in ran.stderr, ran.stderr
+
+
+def test_flops_per_token_by_hand():
+    """hidden 64 (SwiGLU inner 256), one H and one L block, one cycle each, 4 positions, vocab 12."""
+    from hrm.config import ArchConfig
+    from hrm.flops import flops_per_token
+    arch = dict(hidden_size=64, num_heads=2, expansion=4, H_layers=1, L_layers=1, H_cycles=1, L_cycles=1,
+                puzzle_emb_ndim=0)
+    # per position: qkv 2*64*192 + o 2*64*64 + gate|up 2*64*512 + down 2*256*64 + attention 4*4*64
+    block = (24576 + 8192 + 65536 + 32768 + 1024) * 4            # one block visit, 4 positions
+    first_only = 2 * 64 * 192 * 4 + 4 * 4 * 64 + 8192 + 65536 + 32768   # position 0 of the last block
+    head = 3 * 2 * 64 * 12 * 4
+    # one ACT step: the model computes no Q target (hrm.model), so no target-Q segment:
+    # training segment (2 visits) + backward of the 2 gradient-visible visits + LM head
+    assert flops_per_token(ArchConfig(**arch, halt_max_steps=1), 4, 12) == (2 * block + 4 * block + head) / 4
+    # more steps: plus the target-Q segment, its first visit whole and its last for position 0 only
+    assert flops_per_token(ArchConfig(**arch, halt_max_steps=2), 4, 12) == (
+        (3 * block + first_only) + 4 * block + head) / 4

@@ -169,6 +169,13 @@ def test_original_checkpoint_errors_name_the_keys(tmp_path):
     with pytest.raises(CheckpointError, match="model.inner.L_level.layers.1.mlp.down_proj.weight"):
         load_original_checkpoint(path)
 
+    # a key held both with and without torch.compile's prefix: one silently replaced the other
+    (tmp_path / "d").mkdir()
+    path = write_original(tmp_path / "d", CFG, sd)
+    torch.save(dict(torch.load(path, weights_only=True), **{INNER + "H_init": torch.ones(CFG["hidden_size"])}), path)
+    with pytest.raises(CheckpointError, match=r"holds model.inner.H_init both with and without the '_orig_mod.' prefix"):
+        load_original_checkpoint(path)
+
     (tmp_path / "c").mkdir()
     path = write_original(tmp_path / "c", CFG, sd, with_dataset=False)
     with pytest.raises(CheckpointError, match="pass seq_len"):

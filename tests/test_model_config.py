@@ -80,6 +80,12 @@ def test_hydra_override_of_one_module_exponent():
     (dict(scaling=dict(rule="custom", p=float("nan"))), r"scaling.p\n  Input should be a finite number"),
     (dict(scaling=dict(rule="deeploop", H=dict(p=float("inf")))), r"scaling.H.p\n  Input should be a finite number"),
     (dict(rope_theta=float("inf")), r"rope_theta\n  Input should be a finite number"),
+    # finite settings whose alpha or beta is inf or 0 in float32 (which the model computes in)
+    (dict(scaling=dict(rule="custom", p=30)), r"module H: scaling.p=30, scaling.c=2, scaling.d=8 give alpha = "
+                                              r"\(c\*N\)\^p = 2.55e\+41 and beta = \(d\*N\)\^-p = 3.4e-60 \(N=12\)"),
+    (dict(scaling=dict(rule="custom", p=400)), r"alpha = \(c\*N\)\^p = inf and beta = \(d\*N\)\^-p = 0 .*float32"),
+    (dict(scaling=dict(rule="deeploop", L=dict(c=1e-300))), r"module L: p=0.5 \(deeploop\), scaling.L.c=1e-300, "
+                                                            r"scaling.d=8 give alpha = \(c\*N\)\^p = 3.46e-150"),
     (dict(scaling=dict(H=dict(q=1))), "q"),
     (dict(scaling=dict(rule="sqrt")), "rule"),
     # a setting no module's rule reads would be ignored without a word, as p would
@@ -136,3 +142,15 @@ def test_an_exponent_on_a_family_rule_asks_for_that_member_custom():
     s = ArchConfig(scaling=dict(rule="deeploop", L=dict(rule="deepnorm", p=0.3))).scaling
     assert (s.for_module("L")["rule"], s.for_module("L")["p"]) == ("custom", 0.3)
     assert (s.for_module("H")["rule"], s.for_module("H")["p"]) == ("deeploop", 0.5)
+
+
+def test_a_module_exponent_equal_to_its_rules_own_keeps_the_rules_name():
+    """H.p=0.5 on deeploop is deeploop, as scaling.p=0.5 is at the top level (it was printed as
+    `H: custom ... | L: deeploop ...` with the same numbers); another exponent is custom."""
+    s = ArchConfig(scaling=dict(rule="deeploop", H=dict(p=0.5))).scaling
+    assert s.for_module("H") == s.for_module("L") == dict(rule="deeploop", p=0.5, c=2.0, d=8.0,
+                                                          depth_count="paper", lambda_=1.0)
+    assert ArchConfig(scaling=dict(rule="deepnorm", L=dict(p=0.5))).scaling.for_module("L")["rule"] == "custom"
+    assert ArchConfig(scaling=dict(rule="none", L=dict(p=0.5))).scaling.for_module("L")["rule"] == "custom"
+    s = ArchConfig(scaling={"rule": "prenorm_1_over_n", "H": dict(p=0.5)}).scaling
+    assert (s.for_module("H")["rule"], s.for_module("L")["rule"]) == ("custom", "prenorm_1_over_n")

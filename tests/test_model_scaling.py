@@ -229,3 +229,9 @@ def test_compiled_blocks_take_alpha_as_an_input_so_every_alpha_shares_one_graph(
         torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
     assert len(graphs) == 3 and graphs[0] == graphs[1] == graphs[2]
+
+
+def test_a_negative_exponent_is_a_member_of_the_family():
+    """DESIGN.md puts no sign on p: p < 0 down-weights the skip path (alpha < 1, beta > 1)."""
+    m = derive_scaling(arch_with(rule="custom", p=-0.5))["H"]
+    assert m["alpha"] == pytest.approx(24 ** -0.5) and m["beta"] == pytest.approx(96 ** 0.5)
