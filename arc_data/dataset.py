@@ -181,9 +181,25 @@ def _load_metadata(path: Path) -> DatasetMetadata:
     if not path.is_file():
         raise DatasetError(f"{path}: file not found")
     try:
-        return DatasetMetadata.model_validate_json(path.read_text())
+        # bytes: a file that is not UTF-8 is refused as invalid JSON, not by a bare UnicodeDecodeError
+        return DatasetMetadata.model_validate_json(path.read_bytes())
     except pydantic.ValidationError as error:
-        raise DatasetError(f"{path}: invalid metadata: {error}") from error
+        raise DatasetError(f"{path}: {_metadata_problems(error)}") from error
+
+
+def _metadata_problems(error: pydantic.ValidationError) -> str:
+    """One line (pretrain.py and predict.py print it as it is): pydantic's own text takes several
+    lines per field, with URLs."""
+    problems = []
+    for e in error.errors():
+        if e["type"] == "json_invalid":
+            problems.append(f"not valid JSON ({e['msg'].removeprefix('Invalid JSON: ')})")
+        elif not e["loc"]:
+            problems.append(f"expected a JSON object, got {type(e['input']).__name__}")
+        else:
+            got = "" if e["type"] == "missing" else f" (got {e['input']!r})"
+            problems.append(f"{'.'.join(map(str, e['loc']))}: {e['msg']}{got}")
+    return "invalid metadata: " + "; ".join(problems)
 
 
 def _expect(path: Path, values: np.ndarray, dtype: type, ndim: int) -> None:

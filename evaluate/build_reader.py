@@ -32,6 +32,10 @@ def load_split(data_dir: Path, split: str) -> dict[str, np.ndarray]:
         if not path.is_file():
             raise EvaluationInputError(f"{path} not found: the build in {data_dir} is incomplete")
         arrays[key] = NpyRows(path) if key in ("inputs", "labels") else load_small_array(path)
+        # what the builder writes (int32 [n]); another type or shape fails later without a name
+        if key not in ("inputs", "labels") and (arrays[key].ndim != 1 or arrays[key].dtype.kind not in "iu"):
+            raise EvaluationInputError(f"{path}: expected a 1-D array of whole numbers (int32), got "
+                                       f"{arrays[key].dtype} with shape {arrays[key].shape}; rebuild the data")
     for key in ("inputs", "labels"):
         if arrays[key].ndim != 2 or arrays[key].shape[1] != SEQ_LEN:
             raise EvaluationInputError(f"{data_dir}/{split}/all__{key}.npy has shape "
@@ -181,6 +185,7 @@ def load_test_split(data_dir: Path) -> EvaluationSplit:
                                    f"1..{len(identifiers) - 1} (the size of identifiers.json)")
     check_indices(data_dir / "test", split)
     tasks, starts = [], [0]
+    group_of_task = {}           # the report and submission are keyed by task name: one group each
     inputs, truths = [], []      # canonical (row, shape) per test pair
     for g in range(len(group_idx) - 1):
         p = int(group_idx[g])
@@ -188,6 +193,10 @@ def load_test_split(data_dir: Path) -> EvaluationSplit:
         if parse_augmentation_name(name)[0] != name:
             raise EvaluationInputError(f"test group {g} of {data_dir} starts with {name!r}, an augmented "
                                        f"puzzle; the original must come first")
+        if name in group_of_task:
+            raise EvaluationInputError(f"{data_dir / 'test' / 'all__puzzle_identifiers.npy'}: task {name!r} begins "
+                                       f"test groups {group_of_task[name]} and {g}; rebuild the data")
+        group_of_task[name] = g
         for e in range(int(puzzle_idx[p]), int(puzzle_idx[p + 1])):
             inputs.append(canonical(crop(split["inputs"][e])))
             truths.append(canonical(crop(split["labels"][e])))

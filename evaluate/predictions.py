@@ -60,7 +60,8 @@ def read_info(folder: Path) -> dict | None:
 
 
 def resolve_predictions(spec: str | None, checkpoints: Path = Path("checkpoints")) -> PredictionSet:
-    """``spec`` is a file, a folder of rank files, a glob, or None for the newest under checkpoints/."""
+    """``spec`` is a file, a folder of rank files with its info.json, a glob, or None for the newest
+    under checkpoints/."""
     if spec is None:
         folder = newest_predictions(checkpoints)
         return _folder(folder, str(folder))
@@ -83,7 +84,13 @@ def _folder(folder: Path, source: str) -> PredictionSet:
     if not files:
         raise EvaluationInputError(f"no .npz prediction files in {folder}{_newest_step_hint(folder)}")
     info = read_info(folder)
-    world_size = info.get("world_size") if info else None
+    if info is None:
+        # info.json is written last and removed first on a rewrite (hrm/evaluation.py): without it the
+        # evaluation did not finish, and its rank files may be of two evaluations, which no count shows
+        raise EvaluationInputError(f"{folder} has no info.json: the evaluation that wrote it did not finish, so its "
+                                   f"files may be incomplete or of two evaluations; run it again, or pass "
+                                   f"--predictions '{folder}/*.npz' with --data to vote on them anyway")
+    world_size = info.get("world_size")
     # a folder is one evaluation: a missing rank would silently drop tasks from the score
     if isinstance(world_size, int) and world_size != len(files):
         raise EvaluationInputError(f"{folder}/info.json says world_size {world_size} but the folder holds "

@@ -52,7 +52,7 @@ def count(text: str) -> int:
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--predictions", help="a .npz file, a folder of rank files, or a glob "
+    ap.add_argument("--predictions", help="a .npz file, a folder of rank files with their info.json, or a glob "
                                           "(default: the newest predictions under --checkpoints)")
     ap.add_argument("--data", help="the build directory (default: data_path in the predictions' info.json)")
     ap.add_argument("--K", nargs="+", type=positive_int, default=list(DEFAULT_K), metavar="K",

@@ -193,8 +193,17 @@ def _original_seq_len(config: dict, state: dict, arch: ArchConfig) -> int | None
     if data_path:
         meta = os.path.join(data_path, "train", "dataset.json")
         if os.path.exists(meta):
-            with open(meta) as f:
-                return int(json.load(f)["seq_len"])
+            # only seq_len is read (not the reader's whole check); a damaged file is named, where
+            # json's message names none and a missing key was a bare KeyError
+            try:
+                with open(meta, "rb") as f:
+                    content = json.load(f)
+            except ValueError as e:     # cut short, not JSON, not UTF-8
+                raise CheckpointError(f"{meta}: not valid JSON ({e})") from None
+            seq_len = content.get("seq_len") if isinstance(content, dict) else None
+            if type(seq_len) is not int:
+                raise CheckpointError(f"{meta}: no whole-number seq_len")
+            return seq_len
     return None
 
 

@@ -128,9 +128,11 @@ def write_predictions(out_dir: str | Path, arrays: dict, info: DistInfo, *, data
     if info.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "info.json").unlink(missing_ok=True)
+        # by exact name, not by parsing the number: `rank_01` would pass for rank 1, and `rank_²`
+        # passes isdigit() but not int()
+        ours = {f"rank_{r}.npz" for r in range(info.world_size)}
         for old in out_dir.glob("rank_*.npz"):
-            index = old.stem.removeprefix("rank_")
-            if not (index.isdigit() and int(index) < info.world_size):
+            if old.name not in ours:
                 old.unlink()
     barrier(info)
     path = out_dir / f"rank_{info.rank}.npz"

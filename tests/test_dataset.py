@@ -143,6 +143,29 @@ def test_bad_build_is_refused_naming_the_file(tmp_path, case):
         load_split(tmp_path, "train")
 
 
+@pytest.mark.parametrize("content, message", [
+    (b'{"seq_len": ', "not valid JSON (EOF while parsing"),          # a write cut short
+    (b"\xff\xfe{}", "not valid JSON"),                                 # not UTF-8 text: was a bare UnicodeDecodeError
+    (b"[1]", "expected a JSON object"),
+    (None, "seq_len: Input should be a valid integer, unable to parse string as an integer (got 'x'); "
+           "pad_id: Field required"),
+])
+def test_bad_dataset_json_is_one_line_naming_file_and_fields(tmp_path, content, message):
+    # pretrain.py and predict.py print it as it is: pydantic's own text is lines per field, with URLs
+    write_build(tmp_path, [[1]])
+    path = tmp_path / "train" / "dataset.json"
+    if content is None:
+        metadata = json.loads(path.read_text())
+        del metadata["pad_id"]
+        path.write_text(json.dumps({**metadata, "seq_len": "x"}))
+    else:
+        path.write_bytes(content)
+    with pytest.raises(DatasetError) as error:
+        load_split(tmp_path, "train")
+    assert str(error.value).startswith(f"{path}: ") and message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
 def test_missing_split_and_identifiers_are_named(tmp_path):
     with pytest.raises(DatasetError, match="test"):
         load_split(write_build(tmp_path, [[1]]), "test")

@@ -77,6 +77,22 @@ def test_an_original_checkpoint_named_without_a_step_number_has_no_step(small_bu
     assert json.loads((tmp_path / "orig" / "predictions" / renamed.name / "info.json").read_text())["step"] is None
 
 
+@pytest.mark.parametrize("content, message", [("{}", "no whole-number seq_len"),
+                                              ('{"seq_len": ', "not valid JSON")])
+def test_an_original_checkpoint_with_a_damaged_train_dataset_json_names_it(small_build, tmp_path, capsys,
+                                                                           content, message):
+    # the original's seq_len comes from its build's train/dataset.json: a bare KeyError traceback, or
+    # json's message naming no file, before
+    import shutil
+    build = Path(shutil.copytree(small_build, tmp_path / "build"))
+    original = write_original_run(build, tmp_path / "orig")
+    (build / "train" / "dataset.json").write_text(content)
+    assert predict.main([f"checkpoint={original}", "batch_size=16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"predict.py: error: {build / 'train' / 'dataset.json'}: ") and message in err, err
+    assert err.count("\n") == 1, err
+
+
 def test_checkpoint_that_does_not_fit_the_build_is_refused(small_build, tmp_path, capsys):
     original = write_original_run(small_build, tmp_path / "orig", num_ids=5)
     assert predict.main([f"checkpoint={original}"]) == 2

@@ -842,6 +842,19 @@ def test_predictions_written_into_a_folder_of_a_bigger_world_replace_it_whole(tm
     assert found.info["checkpoint"] == "ckpt" and (folder / "notes.txt").read_text() == "mine"
 
 
+def test_predictions_written_over_rank_files_of_other_names_remove_them(tmp_path):
+    """Only this evaluation's rank_<r>.npz names stay: `rank_²` (isdigit() but not int()) once
+    stopped the write with a traceback, and `rank_01` was kept, a second rank 1 beside rank_1."""
+    from evaluate.predictions import resolve_predictions
+    from hrm.evaluation import _EMPTY, write_predictions
+    folder = tmp_path / "step_6"
+    folder.mkdir()
+    for name in ("rank_\u00b2", "rank_01", "rank_x"):
+        np.savez(folder / f"{name}.npz", **_EMPTY)
+    write_predictions(folder, _EMPTY, CPU, data_path=str(tmp_path), step=6, checkpoint=None)
+    assert resolve_predictions(str(folder)).files == [folder / "rank_0.npz"]
+
+
 def test_resuming_with_another_architecture_is_refused_naming_the_fields(small_build, tmp_path):
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
     other = {**MICRO_ARCH, "scaling": {"rule": "none"}, "L_cycles": 3}   # same shapes, another model

@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 import pytest
-from vote_fixtures import AUGS, TASKS, Predictions, g, make_build, truth
+from vote_fixtures import AUGS, TASKS, WRONG, Predictions, g, make_build, truth
 
 from arc_data.encoding import encode_grid
 from evaluate.build_reader import load_test_split
@@ -113,6 +113,26 @@ def test_index_arrays_that_do_not_cut_the_rows_name_the_file(build, name, change
         load_test_split(build)
 
 
+@pytest.mark.parametrize("name", ["puzzle_identifiers", "puzzle_indices", "group_indices"])
+@pytest.mark.parametrize("change", [lambda a: a.astype(np.float64), lambda a: a[:, None]], ids=["float", "2-D"])
+def test_index_arrays_of_another_type_or_shape_name_the_file(build, name, change):
+    # the builder writes 1-D int32; these gave tracebacks (a float index, int() of a row)
+    path = build / "test" / f"all__{name}.npy"
+    np.save(path, change(np.load(path)))
+    with pytest.raises(EvaluationInputError, match=rf"{path}: expected a 1-D array of whole numbers"):
+        load_test_split(build)
+
+
+def test_a_task_in_two_test_groups_is_refused_by_name(build):
+    # the report and the submission, keyed by task name, would keep only one of the two
+    path = build / "test" / "all__puzzle_identifiers.npy"
+    ids, groups = np.load(path), np.load(build / "test" / "all__group_indices.npy")
+    ids[groups[1]] = ids[groups[0]]
+    np.save(path, ids)
+    with pytest.raises(EvaluationInputError, match=rf"{path}: task 'task_one' begins test groups 0 and 1"):
+        load_test_split(build)
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "abc", "1.5"])
 def test_unknown_k_value_is_rejected(value, capsys):
     with pytest.raises(SystemExit) as e:
@@ -138,9 +158,26 @@ def test_no_predictions_under_checkpoints(tmp_path, capsys):
 def test_an_unfinished_hidden_rank_file_is_not_voted(build, tmp_path):
     folder = tmp_path / "step_3"
     Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(folder / "rank_0.npz")
+    (folder / "info.json").write_text(json.dumps({"data_path": str(build), "step": 3, "world_size": 1,
+                                                  "checkpoint": None}))
     # what a write killed before its rename leaves behind (hrm/evaluation.py writes .rank_<r>.tmp.npz)
     Predictions(build, TASKS).add("task_one", 0, truth("task_one"), count=5).save(folder / ".rank_1.tmp.npz")
     assert resolve_predictions(str(folder)).files == [folder / "rank_0.npz"]
+
+
+def test_a_folder_without_info_json_is_refused_and_its_files_can_be_voted_by_glob(build, tmp_path, capsys):
+    """info.json is written last and removed first on a rewrite (hrm/evaluation.py): a folder without
+    it is an evaluation that did not finish, whose rank files may come from two evaluations (here
+    rank_1 of an earlier one), which no rank count could tell."""
+    folder = tmp_path / "step_3"
+    Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(folder / "rank_0.npz")
+    Predictions(build, TASKS).add("task_one", 0, WRONG, count=5).save(folder / "rank_1.npz")
+    assert main(["--predictions", str(folder), "--data", str(build)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vote.py: error: {folder} has no info.json") and err.count("\n") == 1
+    assert f"--predictions '{folder}/*.npz'" in err
+    # the files themselves, as the message says, when they are wanted anyway
+    assert main(["--predictions", str(folder / "*.npz"), "--data", str(build), "--K", "1"]) == 0
 
 
 def test_a_glob_over_a_predictions_folder_takes_its_rank_files_and_reads_its_info(build, tmp_path):
