@@ -1,9 +1,12 @@
 """Where a run's numbers go: `log.jsonl` in the run folder always, W&B when configured.
 
-W&B mode `auto` goes online only when credentials exist (WANDB_API_KEY, or an api.wandb.ai entry in
-~/.netrc) and the wandb package is installed; otherwise it is disabled. It never prompts and never
-waits on the network: a run on a laptop or an air-gapped node just writes its log file. Asking for
-`online` or `offline` without the package, or `online` without credentials, is an error that says so.
+W&B mode `auto` goes online only when credentials exist (WANDB_API_KEY, or the W&B server's entry
+in ~/.netrc, which `wandb login` writes) and the wandb package is installed; otherwise it is
+disabled. It never prompts and never waits on the network without credentials: a run on a laptop or
+an air-gapped node just writes its log file (with credentials and no route to the server, wandb.init
+gives up after 30 s and the run stops with its error; wandb.mode=offline logs without one). Asking
+for `online` or `offline` without the package, or `online` without credentials, is an error that
+says so.
 """
 from __future__ import annotations
 
@@ -17,17 +20,24 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 
+# The W&B cloud's API hosts: `wandb login` writes its key under the first in older wandb, under the
+# second (CoreWeave Forge, its default server) in recent ones (0.31), which read either for the cloud.
+WANDB_CLOUD_HOSTS = ("api.wandb.ai", "api.forge.coreweave.com")
+
+
 def _has_wandb_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
-    # `wandb login` writes the key to ~/.netrc under the server's host (api.wandb.ai, or a
+    # `wandb login` writes the key to ~/.netrc under the server's host (the cloud's, or a
     # self-hosted server named by WANDB_BASE_URL)
     host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    hosts = WANDB_CLOUD_HOSTS if host in WANDB_CLOUD_HOSTS else (host,)
     netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
     try:
-        return host in netrc.read_text()
+        text = netrc.read_text()
     except OSError:
         return False
+    return any(h in text for h in hosts)
 
 
 def _wandb_installed() -> bool:

@@ -457,8 +457,10 @@ class Trainer:
                 self.carry.rows(rows), {k: v[rows] for k, v in batch.items()})
             (part_loss / cfg.global_batch_size).backward()
             carries.append(part_carry)
-            loss = loss + part_loss.detach()
-            metrics = {k: metrics.get(k, 0.0) + v for k, v in part_metrics.items()}
+            # summed in float64, as the all-reduce over ranks sums them: the log of 2 micro-batches is
+            # then that of 2 ranks bit for bit, as the weights are (float32 sums round otherwise)
+            loss = loss + part_loss.detach().double()
+            metrics = {k: metrics.get(k, 0.0) + v.double() for k, v in part_metrics.items()}
         self.carry = Carry.concat(carries)
         all_reduce_grads_(self.model.parameters(), info)
         # The global gradient norm (logged, and checked for divergence); with grad_clip null the

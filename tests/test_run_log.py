@@ -96,3 +96,27 @@ def test_a_resumed_log_drops_the_record_a_kill_cut_short(tmp_path):
     (run / "log.jsonl").write_text('{"step": 1}\n{"ste\n{"step": 3}\n')  # a bad line inside is an error
     with pytest.raises(ValueError, match=f"{run / 'log.jsonl'}: line 2 is not a JSON object"):
         read_run_log(run)
+
+
+def test_a_key_that_a_recent_wandb_login_wrote_counts(monkeypatch, tmp_path):
+    """`wandb login` of recent wandb (0.31) writes `machine api.forge.coreweave.com`, its default
+    cloud server: auto goes online with it, and online is not refused as without credentials."""
+    import hrm.run_log as run_log
+    monkeypatch.setattr(run_log, "_wandb_installed", lambda: True)
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    (tmp_path / "netrc").write_text("machine api.forge.coreweave.com\n  login user\n  password abc\n")
+    assert resolve_wandb_mode("auto") == "online" and resolve_wandb_mode("online") == "online"
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")    # a key for the cloud, not this server
+    assert resolve_wandb_mode("auto") == "disabled"
+
+
+def test_the_wandb_requirement_accepts_the_settings_run_log_passes():
+    """RunLog passes wandb.Settings(x_disable_stats=...), which wandb < 0.19 refuses
+    (SettingsUnexpectedArgsError, once every start-up check has passed): pyproject must not allow those."""
+    import tomllib
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    [wandb] = [d for d in deps if d.startswith("wandb")]
+    floor = tuple(int(x) for x in wandb.removeprefix("wandb>=").split("."))
+    assert floor >= (0, 19), wandb

@@ -736,6 +736,12 @@ def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, 
     for key in rank0:
         assert torch.equal(accumulated[key], rank0[key]), key
     assert losses_by_step(accum) == losses_by_step(two)
+    # and so is every logged metric (summed over micro-batches as over ranks, in float64)
+    assert train_records(accum) == train_records(two)
+
+
+def train_records(run_dir: Path) -> list[dict]:
+    return [r for r in map(json.loads, (run_dir / "log.jsonl").read_text().splitlines()) if "train/loss" in r]
 
 
 def test_grad_norm_is_the_unclipped_norm_and_grad_clip_bounds_what_the_optimizer_sees(small_build, tmp_path):
