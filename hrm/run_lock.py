@@ -41,6 +41,14 @@ class RunFolderInUse(ValueError):
         self.holder = holder
 
 
+def _names(path: Path, handle) -> bool:
+    """Whether `path` is still the file `handle` has open."""
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(handle.fileno()))
+    except FileNotFoundError:
+        return False
+
+
 class RunLock:
     def __init__(self, run_dir: Path, handle, created: list[Path]):
         self.run_dir, self._handle, self._created = run_dir, handle, created
@@ -53,7 +61,8 @@ class RunLock:
         path = run_dir / LOCK_NAME
         if fcntl is None:
             return cls(run_dir, None, created)
-        handle = open(path, "a+")
+        # what a holder wrote is only shown: undecodable bytes (a damaged file) must not fail the refusal
+        handle = open(path, "a+", encoding="utf-8", errors="replace")
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -69,6 +78,11 @@ class RunLock:
                   f"run from writing into {run_dir} at the same time", file=sys.stderr, flush=True)
             handle.close()
             return cls(run_dir, None, created)
+        if not _names(path, handle):
+            # a refused start's cleanup removed the file between our open and our flock: a lock on
+            # that orphan stops nobody (the next start makes a new .lock); take the one there now
+            handle.close()
+            return cls.acquire(run_dir)
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "

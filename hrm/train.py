@@ -391,6 +391,10 @@ class Trainer:
         state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info,
                                 check_config=check_resumable)
         self.step, self.carry = state["step"], state["carry"]
+        if state["world_size"] != info.world_size:
+            # the saved random states are another world's ranks' (not restored): seed each rank as
+            # a fresh run does, or every rank would draw the same exploration (model init's leftover)
+            torch.manual_seed(cfg.seed + info.rank)
         if continues_its_run(cfg.run_name, self.run_dir, ckpt) and state["run_name"]:
             # a run continued without run_name (checkpoint_path=, or resume=<its folder>) keeps the
             # name it started with, not a new `<arch>-<now>`: W&B continues the same run (its id)

@@ -267,9 +267,10 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
                     check_config=None) -> dict:
     """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config",
     "evaluated_iterations" (None in checkpoints that predate it), "final_evaluation_pending" (False
-    in those), "run_name" (None in those)}. `check_config(saved_config, saved_data)` runs before anything is restored (the
-    weights can be GBs) and may refuse the checkpoint; `saved_data` is the build identity (None in
-    checkpoints that predate it).
+    in those), "run_name" (None in those), "world_size" (the saving run's)}.
+    `check_config(saved_config, saved_data)` runs before anything is restored (the weights can be
+    GBs) and may refuse the checkpoint; `saved_data` is the build identity (None in checkpoints
+    that predate it).
 
     The carry is restored only when the world size is unchanged (each rank's rows in flight are
     its own); otherwise every rank starts from a fresh carry. A file that cannot be read is named,
@@ -308,4 +309,4 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
     return {"step": trainer["step"], "reader": trainer["reader"], "carry": carry, "config": trainer["config"],
             "evaluated_iterations": trainer.get("evaluated_iterations"),
             "final_evaluation_pending": trainer.get("final_evaluation_pending", False),
-            "run_name": trainer.get("run_name")}
+            "run_name": trainer.get("run_name"), "world_size": trainer["world_size"]}

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from hrm.run_lock import LOCK_NAME, RunLock
+from hrm.run_lock import LOCK_NAME, RunFolderInUse, RunLock
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
 
@@ -52,3 +52,38 @@ def test_cleanup_removes_what_acquire_created_and_nothing_else(tmp_path):
     (tmp_path / "project" / "run" / "notes.txt").write_text("someone else's")
     lock.release(cleanup=True)                         # not empty: kept, and so is project/
     assert sorted(os.listdir(tmp_path / "project" / "run")) == ["notes.txt"]
+
+
+def test_a_held_lock_file_of_damaged_text_is_still_refused_as_in_use(tmp_path):
+    """What the holder wrote is only shown: bytes that are not UTF-8 (a damaged file, another
+    encoding) must not turn the refusal into a UnicodeDecodeError."""
+    import fcntl
+    (tmp_path / "run").mkdir()
+    with open(tmp_path / "run" / LOCK_NAME, "wb") as holder:
+        holder.write(b"pid 7 on n\xf6de3\n")
+        holder.flush()
+        fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(RunFolderInUse, match="is in use: pid 7 on n"):
+            RunLock.acquire(tmp_path / "run")
+
+
+def test_a_lock_taken_on_a_file_a_refused_start_just_removed_is_taken_again(tmp_path, monkeypatch):
+    """A start refused after taking the lock removes the lock file (release(cleanup=True)). A second
+    start that opened the file just before, and locks it just after, would hold a lock on a file
+    no longer in the folder: a third start would make a new .lock, lock it too, and two runs would
+    train into one folder. The second takes the lock again, on the file the folder now holds."""
+    import hrm.run_lock
+    first = RunLock.acquire(tmp_path / "run")
+    real_flock, calls = hrm.run_lock.fcntl.flock, []
+
+    def flock_after_the_cleanup(fd, operation):
+        if not calls:       # the first start's cleanup runs between the second's open and flock
+            first.release(cleanup=True)
+        calls.append(fd)
+        return real_flock(fd, operation)
+    monkeypatch.setattr(hrm.run_lock.fcntl, "flock", flock_after_the_cleanup)
+    second = RunLock.acquire(tmp_path / "run")
+    monkeypatch.undo()
+    with pytest.raises(RunFolderInUse, match=f"is in use: pid {os.getpid()} on "):
+        RunLock.acquire(tmp_path / "run")
+    second.release()

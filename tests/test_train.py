@@ -993,6 +993,23 @@ def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_pat
     assert f"resume={run / 'step_1'} continues from the previous checkpoint" in again.stderr
 
 
+def test_ranks_resumed_under_another_world_size_draw_their_own_exploration(small_build, tmp_path):
+    """A checkpoint of one process resumed by two: its random state is not restored (it is another
+    world's), and each rank is seeded as a fresh run's is (seed + rank), not left at what model
+    init left, which every rank shares (the same exploration draws on every rank)."""
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    draw = ("import sys, torch; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; from test_train import *; "
+            "from hrm.distributed import init_distributed, shutdown; info = init_distributed('cpu'); "
+            "Trainer(micro_config(Path(sys.argv[2]), Path(sys.argv[3]), resume='latest'), info, progress=False); "
+            "print('draws', torch.rand(4).tolist()); shutdown(wait_for_peers=True)")
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    ranks = run_ranks([sys.executable, "-c", draw, str(ROOT), str(small_build), str(tmp_path / "run")], tmp_path, env,
+                      port=29539)
+    assert [r.returncode for r in ranks] == [0, 0], "".join(r.stderr for r in ranks)[-3000:]
+    draws = [next(line for line in r.stdout.splitlines() if line.startswith("draws")) for r in ranks]
+    assert draws[0] != draws[1]
+
+
 def run_ranks(cmd: list[str], cwd: Path, env: dict, port: int, world_size: int = 2,
               timeout: float = 300, while_running=None) -> list[subprocess.CompletedProcess]:
     """`cmd` as the ranks of one gloo group on this machine, each with the environment torchrun
