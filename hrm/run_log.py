@@ -3,8 +3,9 @@
 W&B mode `auto` goes online only when credentials exist (WANDB_API_KEY, or the W&B server's entry
 in ~/.netrc, which `wandb login` writes) and the wandb package is installed; otherwise it is
 disabled. It never prompts and never waits on the network without credentials: a run on a laptop or
-an air-gapped node just writes its log file (with credentials and no route to the server, wandb.init
-gives up after 30 s and the run stops with its error; wandb.mode=offline logs without one). Asking
+an air-gapped node just writes its log file. With credentials and no route to the server (a key
+from the login node on a compute node), wandb.init gives up after 30 s: `auto` then logs offline
+and says so, an explicit `online` stops with one line. Asking
 for `online` or `offline` without the package, or `online` without credentials, is an error that
 says so.
 """
@@ -44,8 +45,11 @@ def _wandb_installed() -> bool:
     return importlib.util.find_spec("wandb") is not None
 
 
+WANDB_MODES = ("online", "offline", "disabled")   # what WANDB_MODE may force, over wandb.mode
+
+
 def resolve_wandb_mode(mode: str) -> str:
-    if os.environ.get("WANDB_MODE") in ("online", "offline", "disabled"):
+    if os.environ.get("WANDB_MODE") in WANDB_MODES:
         mode = os.environ["WANDB_MODE"]
     elif mode == "auto":
         if not _has_wandb_credentials():
@@ -100,16 +104,33 @@ class RunLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if append:
             _drop_partial_last_line(self.path)
-        self.file = open(self.path, "a" if append else "w")
         self.wandb = None
         if mode != "disabled":
             os.environ.setdefault("WANDB_SILENT", "true")
             import wandb
-            self.wandb = wandb.init(project=project, name=run_name, entity=entity, config=config, mode=mode,
-                                    dir=str(run_dir), resume="allow",
-                                    id=wandb_run_id(run_name),
-                                    settings=wandb.Settings(init_timeout=30, x_disable_stats=True))
+
+            def start(mode: str):
+                return wandb.init(project=project, name=run_name, entity=entity, config=config, mode=mode,
+                                  dir=str(run_dir), resume="allow", id=wandb_run_id(run_name),
+                                  settings=wandb.Settings(init_timeout=30, x_disable_stats=True))
+            try:
+                self.wandb = start(mode)
+            except wandb.errors.Error as e:
+                if mode != "online":
+                    raise
+                reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no reason given'}"
+                if not (wandb_mode == "auto" and os.environ.get("WANDB_MODE") not in WANDB_MODES):
+                    # asked for by name: the user wants the server, and is told plainly it failed
+                    raise ValueError(f"W&B mode 'online' could not start ({reason}); wandb.mode=offline logs "
+                                     f"without the server (`wandb sync` later), disabled not at all") from None
+                # auto, with a key from a login node on a compute node without a route out: the run
+                # goes on, logged offline, rather than stop on a choice the user did not make
+                print(f"[hrm] W&B could not reach its server ({reason}): logging offline under "
+                      f"{Path(run_dir) / 'wandb'} (`wandb sync` it later)", file=sys.stderr, flush=True)
+                mode = "offline"
+                self.wandb = start(mode)
         self.mode = mode
+        self.file = open(self.path, "a" if append else "w")   # after W&B: a refusal there leaves no open file
 
     def log(self, record: dict, step: int) -> None:
         self.file.write(json.dumps({"step": step, **{k: _plain(v) for k, v in record.items()}}) + "\n")

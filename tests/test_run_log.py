@@ -120,3 +120,38 @@ def test_the_wandb_requirement_accepts_the_settings_run_log_passes():
     [wandb] = [d for d in deps if d.startswith("wandb")]
     floor = tuple(int(x) for x in wandb.removeprefix("wandb>=").split("."))
     assert floor >= (0, 19), wandb
+
+
+def test_a_server_out_of_reach_logs_offline_under_auto_and_is_one_line_when_online_was_asked(monkeypatch, tmp_path,
+                                                                                            capsys):
+    """A key copied from a login node, on a compute node with no route out: wandb.init gives up (a
+    CommError after its 30 s). `auto` goes on offline, saying so; an explicit `online` is refused in
+    one line; either way no log file is left open half-made."""
+    import wandb
+    import hrm.run_log as run_log
+    from hrm.run_log import RunLog
+    for name in ("WANDB_MODE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    monkeypatch.setattr(run_log, "_wandb_installed", lambda: True)
+    modes = []
+
+    def init(*, mode, **kwargs):   # the server out of reach: only an offline start succeeds
+        modes.append(mode)
+        if mode == "online":
+            raise wandb.errors.CommError("Run initialization has timed out after 30.0 sec.\nPlease try again.")
+        return "offline run"
+    monkeypatch.setattr(wandb, "init", init)
+    log = RunLog(tmp_path / "a", project="p", run_name="r", config={}, wandb_mode="auto")
+    assert (log.mode, log.wandb, modes) == ("offline", "offline run", ["online", "offline"])
+    assert ("[hrm] W&B could not reach its server (CommError: Run initialization has timed out after 30.0 sec.): "
+            f"logging offline under {tmp_path / 'a' / 'wandb'}") in capsys.readouterr().err
+    log.file.close()
+    modes.clear()
+    with pytest.raises(ValueError, match=r"^W&B mode 'online' could not start \(CommError: Run initialization "
+                                         r"has timed out after 30.0 sec.\); wandb.mode=offline logs"):
+        RunLog(tmp_path / "b", project="p", run_name="r", config={}, wandb_mode="online")
+    assert modes == ["online"] and not (tmp_path / "b" / "log.jsonl").exists()
+    monkeypatch.setenv("WANDB_MODE", "online")     # forced by the environment: asked for by name too
+    with pytest.raises(ValueError, match="could not start"):
+        RunLog(tmp_path / "c", project="p", run_name="r", config={}, wandb_mode="auto")
