@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from pathlib import Path
 
 import torch
@@ -83,6 +84,12 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
     barrier(info)
+    if not tmp.is_dir():
+        # rank 0 made it and has passed the barrier: this rank sees another filesystem (several
+        # nodes, each with its own disk), where no checkpoint could be whole or resumed
+        raise RuntimeError(f"rank {info.rank} on {socket.gethostname()} does not see {tmp.resolve()}, which rank 0 "
+                           f"made: every rank saves into the run folder, so with several nodes it must be on a "
+                           f"filesystem they all share (set checkpoint_path to a folder there)")
     _write_atomic(tmp / f"rank_{info.rank}.pt", {"format": FORMAT, "carry": _carry_to_dict(carry), "rng": _rng_state()})
     if info.is_main:
         save_model(str(tmp / "model.pt"), model, extra={"step": step, "data": data})

@@ -919,6 +919,22 @@ def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(
     assert resumed.optimizers["puzzle_emb"].param_groups[0]["weight_decay"] == 0.2
 
 
+def test_a_rank_that_does_not_see_rank_zeros_step_folder_says_the_run_folder_must_be_shared(tmp_path, monkeypatch):
+    """Several nodes, each saving into a run folder on its own disk: rank 1 cannot see the step
+    folder rank 0 made. Said as such, naming the folder and the remedy, not a FileNotFoundError."""
+    import socket
+    import hrm.train_checkpoint as train_checkpoint
+    monkeypatch.setattr(train_checkpoint, "barrier", lambda info: None)   # rank 0 on the other node
+    rank_one = DistInfo(rank=1, world_size=2, local_rank=0, device=torch.device("cpu"))
+    with pytest.raises(RuntimeError) as raised:
+        train_checkpoint.save_checkpoint(tmp_path / "run", step=4, model=None, optimizers={}, reader_state={},
+                                         carry=None, config={}, info=rank_one)
+    assert str(raised.value) == (f"rank 1 on {socket.gethostname()} does not see {tmp_path / 'run' / '.step_4.tmp'}, "
+                                 f"which rank 0 made: every rank saves into the run folder, so with several nodes "
+                                 f"it must be on a filesystem they all share (set checkpoint_path to a folder there)")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("damage", ["trainer.pt", "model.pt", "rank_0.pt", "no rank_0.pt"])
 def test_a_damaged_checkpoint_is_named_and_the_previous_one_suggested(small_build, tmp_path, damage):
     """A truncated file of the newest checkpoint, or a rank file gone under an unchanged world size
