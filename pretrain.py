@@ -207,6 +207,7 @@ def check_overrides(argv: list[str]) -> None:
                                 anchor=SearchPathQuery(provider="schema"))
         hydra = Hydra.create_main_hydra2(task_name="pretrain", config_search_path=search_path)
         config_name = args.config_name or "cfg_pretrain"
+        check_preset_choices(hydra, args.overrides)
         mode = RunMode.MULTIRUN if args.multirun else hydra.get_mode(config_name, args.overrides) or RunMode.RUN
         hydra.compose_config(config_name, args.overrides, run_mode=mode, with_log_configuration=False)
     except (HydraException, OmegaConfBaseException) as e:
@@ -220,6 +221,21 @@ def check_overrides(argv: list[str]) -> None:
         exit_bad_config(f"invalid config: {message}")
     finally:
         GlobalHydra.instance().clear()
+
+
+def check_preset_choices(hydra, overrides: list[str]) -> None:
+    """A config group (`arch`) takes one preset's name: `arch=0` or `arch=null` would stop Hydra with
+    a traceback (exit 1), and a list (`arch=[hrm_tiny,hrm_deeploop]`, not a sweep) would merge the
+    presets, the last one winning without a word. Refused here, naming the presets."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    for override in OverridesParser.create().parse_overrides(overrides):
+        group = override.key_or_group
+        if (override.is_delete() or override.is_sweep_override() or isinstance(override.value(), str)
+                or not hydra.config_loader.repository.group_exists(group)):
+            continue
+        presets = ", ".join(hydra.config_loader.get_group_options(group))
+        raise HydraException(f"{override.input_line}: {group} takes the name of one preset ({presets})")
 
 
 if __name__ == "__main__":

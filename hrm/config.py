@@ -49,6 +49,14 @@ def _rule_with_exponent(rule: str, p: Optional[float]) -> str:
     return rule
 
 
+def refuse_bool(v, info):
+    """A before-validator for number fields: pydantic reads true/false as 1/0, so `keep_checkpoints=true`
+    or `arch.H_layers=true` would run with 1 without a word."""
+    if isinstance(v, bool):
+        raise ValueError(f"{info.field_name.rstrip('_')} takes a number, not {str(v).lower()}")
+    return v
+
+
 def _check_rule_and_p(rule: str, p: Optional[float], where: str) -> None:
     """One place for the rule/p consistency check, so top level and overrides say the same thing."""
     if rule == "custom" and p is None:
@@ -68,6 +76,8 @@ class ModuleScalingOverride(BaseModel):
     d: Optional[float] = None
     depth_count: Optional[DepthCount] = None
     lambda_: Optional[float] = Field(default=None, alias="lambda")
+
+    _no_bool = field_validator("p", "c", "d", "lambda_", mode="before")(refuse_bool)
 
     @field_validator("c", "d", "lambda_")
     @classmethod
@@ -91,6 +101,8 @@ class ScalingConfig(BaseModel):
     lambda_: float = Field(default=1.0, alias="lambda")
     H: ModuleScalingOverride = Field(default_factory=ModuleScalingOverride)
     L: ModuleScalingOverride = Field(default_factory=ModuleScalingOverride)
+
+    _no_bool = field_validator("p", "c", "d", "lambda_", mode="before")(refuse_bool)
 
     @field_validator("H", "L", mode="before")
     @classmethod
@@ -178,6 +190,10 @@ class ArchConfig(BaseModel):
     loss_type: Literal["stablemax", "softmax"] = "stablemax"
     scaling: ScalingConfig = Field(default_factory=ScalingConfig)
 
+    _no_bool = field_validator("hidden_size", "num_heads", "expansion", "H_layers", "L_layers", "H_cycles",
+                               "L_cycles", "halt_max_steps", "halt_exploration_prob", "puzzle_emb_ndim",
+                               "rope_theta", "rms_norm_eps", mode="before")(refuse_bool)
+
     @field_validator("hidden_size", "num_heads", "H_layers", "L_layers", "H_cycles", "L_cycles",
                      "halt_max_steps")
     @classmethod
@@ -215,6 +231,9 @@ class ArchConfig(BaseModel):
         if self.pos_encodings == "rope" and (self.hidden_size // self.num_heads) % 2:
             raise ValueError(f"pos_encodings=rope needs an even head_dim, got "
                              f"hidden_size/num_heads={self.hidden_size // self.num_heads}")
+        if self.mlp_hidden < 1:
+            raise ValueError(f"expansion={self.expansion} gives hidden_size={self.hidden_size} an MLP of width 0 "
+                             f"(round(expansion * hidden_size * 2/3) = 0); raise expansion")
         # alpha and beta depend on N, known only here: refuse constants outside float32 now, not
         # when the model is built (hrm.scaling imports this module, hence the late import)
         from hrm.scaling import derive_scaling

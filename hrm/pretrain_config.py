@@ -13,7 +13,7 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hrm.config import ArchConfig
+from hrm.config import ArchConfig, refuse_bool
 
 
 class WandbConfig(BaseModel):
@@ -41,7 +41,7 @@ class PretrainConfig(BaseModel):
     puzzle_emb_lr: float = Field(default=1e-2, ge=0)
     puzzle_emb_weight_decay: float = Field(default=0.1, ge=0)
     grad_clip: Optional[float] = Field(default=None, gt=0, allow_inf_nan=True)   # inf: no clipping, as null
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**63)   # the data order's and torch's (seed + rank) seeds
     max_steps: Optional[int] = Field(default=None, gt=0)
 
     project_name: Optional[str] = None
@@ -64,6 +64,12 @@ class PretrainConfig(BaseModel):
     compile_eval: Literal["auto", True, False] = "auto"
     log_interval: int = Field(default=1, gt=0)
     wandb: WandbConfig = Field(default_factory=WandbConfig)
+
+    _no_bool = field_validator("global_batch_size", "grad_accum_steps", "epochs", "eval_interval", "lr", "lr_min_ratio",
+                               "lr_warmup_steps", "beta1", "beta2", "weight_decay", "puzzle_emb_lr",
+                               "puzzle_emb_weight_decay", "grad_clip", "seed", "max_steps", "checkpoint_interval",
+                               "keep_checkpoints", "eval_batch_size", "diagnostics_interval", "diagnostics_rows",
+                               "log_interval", mode="before")(refuse_bool)
 
     @field_validator("data_path")
     @classmethod

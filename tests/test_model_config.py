@@ -63,6 +63,11 @@ def test_hydra_override_of_one_module_exponent():
     (dict(hidden_size=100, num_heads=8), "hidden_size=100 is not divisible by num_heads=8"),
     (dict(hidden_size=48, num_heads=16), "even head_dim"),
     (dict(H_cycles=0), "H_cycles must be >= 1"),
+    # pydantic reads true/false as 1/0 in a number field
+    (dict(H_layers=True), "H_layers takes a number, not true"),
+    (dict(scaling=dict(rule="deeploop", H=dict(c=True))), r"scaling.H.c\n  Value error, c takes a number, not true"),
+    # the SwiGLU width rounds to 0: a ZeroDivisionError when the model is built
+    (dict(hidden_size=64, num_heads=2, expansion=0.01), r"expansion=0.01 gives hidden_size=64 an MLP of width 0"),
     (dict(halt_exploration_prob=1.5), "halt_exploration_prob"),
     (dict(puzzle_emb_ndim=-1), "puzzle_emb_ndim"),
     (dict(loss_type="focal"), "loss_type"),

@@ -75,6 +75,9 @@ def test_presets_compose_and_overrides_reach_the_model(small_build):
     (["grad_accum_steps=0"], "grad_accum_steps"),
     (["weight_decay=inf"], "weight_decay"),          # Hydra reads inf and nan as floats
     (["arch=hrm_deeploop", "arch.scaling.p=nan"], "arch.scaling.p"),
+    (["seed=-1"], "seed"),                           # the data order's seed: refused later, by the reader
+    (["seed=99999999999999999999"], "seed"),         # torch.manual_seed: "Overflow when unpacking long long"
+    (["keep_checkpoints=true"], "keep_checkpoints"),  # pydantic reads true as 1: one checkpoint kept
 ])
 def test_bad_config_names_the_field(small_build, overrides, field):
     from pydantic import ValidationError
@@ -134,7 +137,11 @@ def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path, capsys):
     cases = (("arch.hidden_sz=3", "no such key: 'arch.hidden_sz'. Did you mean arch.hidden_size?"),
              ("arch=hrm_huge", "hrm_huge"), ("lr", "lr"),
              ("-m lr=1e-3,1e-2 arch.hidden_sz=3", "hidden_sz"), ("--config-name cfg_pretrian", "cfg_pretrian"),
-             ("hydra.job.chdir=false arch=hrm_huge", "hrm_huge"), ("--config-dir nowhere", "nowhere"))
+             ("hydra.job.chdir=false arch=hrm_huge", "hrm_huge"), ("--config-dir nowhere", "nowhere"),
+             # a preset group given no name (Hydra: a traceback, exit 1) or a list (the last preset, silently)
+             ("arch=0", "arch=0: arch takes the name of one preset (hrm_deeploop, "),
+             ("arch=null", "arch=null: arch takes the name of one preset"),
+             ("arch=[hrm_tiny,hrm_deeploop]", "arch=[hrm_tiny,hrm_deeploop]: arch takes the name of one preset"))
     for bad, named in cases:
         with pytest.raises(SystemExit) as stopped:
             pretrain.check_overrides([*bad.split(), f"data_path={small_build}", f"checkpoint_path={tmp_path / 'run'}"])
@@ -142,6 +149,7 @@ def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path, capsys):
         assert stopped.value.code == 2 and said.startswith("pretrain.py: invalid config: ") and named in said, \
             (bad, said)
     pretrain.check_overrides([f"data_path={small_build}", "arch=hrm_tiny", "-m", "lr=1e-3,1e-2"])   # good: passes
+    pretrain.check_overrides([f"data_path={small_build}", "-m", "arch=hrm_tiny,hrm_deeploop"])      # a sweep of presets
     assert not (tmp_path / "run").exists()
 
 
