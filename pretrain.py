@@ -118,7 +118,8 @@ def launch(hydra_config: DictConfig) -> None:
         sys.exit(EXIT_STOPPED)
     except KeyboardInterrupt:   # Ctrl-C: where things stand, not a traceback (once per machine)
         if speaks_for_node():
-            print(f"\npretrain.py: interrupted {where_the_run_stands(trainer)}", file=sys.stderr, flush=True)
+            sweep = later_jobs(config, trainer, tag) if trainer is not None else ""
+            print(f"\npretrain.py: interrupted {where_the_run_stands(trainer, sweep)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)
     except Exception:
         if is_multirun() and info.world_size > 1:
@@ -163,17 +164,22 @@ def later_jobs(config, trainer, tag: str) -> str:
             f"to continue it")
 
 
-def where_the_run_stands(trainer) -> str:
+def where_the_run_stands(trainer, sweep: str = "") -> str:
     """The end of the Ctrl-C line: the step, and how to continue. Before the first checkpoint there
-    is nothing to resume from (resume= would be refused): the same command starts the run again."""
+    is nothing to resume from (resume= would be refused): the same command starts the run again.
+    In a sweep (`sweep`: later_jobs' advice) the same command would be refused once an earlier job
+    holds checkpoints, or start a new sweep of default names: the same sweep with resume=latest
+    continues it, starting this job afresh."""
     if trainer is None:
         return "before training"
     from hrm.train_checkpoint import list_checkpoints
     if not list_checkpoints(trainer.run_dir):
+        if sweep:
+            return f"at step {trainer.step}, before the run's first checkpoint{sweep}"
         return (f"at step {trainer.step}, before the run's first checkpoint, so there is nothing to resume: run the "
                 f"same command again (checkpoint_interval=N saves every N steps)")
     return (f"at step {trainer.step}; the run's checkpoints are in {trainer.run_dir}: continue from the newest "
-            f"with resume={trainer.run_dir}")
+            f"with resume={trainer.run_dir}{sweep}")
 
 
 def check_overrides(argv: list[str]) -> None:

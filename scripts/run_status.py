@@ -233,8 +233,9 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
                              f"is not a number ({type(e).__name__}: {e})") from None
     exit_code = EXIT_DIVERGED if (run_dir / "diverged.json").is_file() else 0
     evaluation = last_eval(log)
-    # the trainer logs {"stopped": 1} when a SIGTERM stops it; a resumed run logs steps after it
-    stop = next((r for r in reversed(log) if "stopped" in r or "train/lm_loss" in r), {})
+    # the trainer logs {"stopped": 1} when a SIGTERM stops it, as its last record; a resumed run logs
+    # its start after it (num_params), also when it only runs the pending last evaluation, no new step
+    stop = log[-1] if log else {}
     return {"run": str(run_dir), "status": classify_logged_run(losses, floor, exit_code, margin, window, steps, logged),
             "steps": steps, "final_loss": tail_mean(losses, logged), "min_loss": smoothed_min(losses, logged),
             "floor": floor, "eval_lm_loss": evaluation.get("lm_loss", math.nan),

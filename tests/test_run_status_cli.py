@@ -34,6 +34,16 @@ def test_a_run_stopped_by_sigterm_says_so_until_it_is_resumed(small_build, tmp_p
     assert out[0].endswith("(stopped by SIGTERM at step 4: resume it to finish)") and "stopped by" not in out[1]
 
 
+def test_a_run_stopped_before_its_last_evaluation_is_finished_once_the_resume_runs_it(small_build, tmp_path, capsys):
+    """SIGTERM on the run's last step: the resume logs its start and the pending evaluation at that
+    same step, no new training step; the run is complete, not still 'stopped'."""
+    finished = write_run(tmp_path / "finished", [1.0] * 4, small_build,
+                         evals=[{"step": 4, "stopped": 1}, {"step": 4, "num_params": 10},
+                                {"step": 4, "eval/lm_loss": 1.0}])
+    assert main([str(finished)]) == 0
+    assert "stopped by" not in capsys.readouterr().out
+
+
 def test_each_run_is_classified_against_the_floor_of_its_build(small_build, tmp_path, capsys):
     floor = unigram_floor(small_build)[0]
     trained = write_run(tmp_path / "trained", [floor * 1.5] * 10 + [floor * 0.5] * 50, small_build)

@@ -1151,6 +1151,26 @@ def test_ctrl_c_says_where_the_run_stands(small_build, tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
 
 
+def test_ctrl_c_in_a_sweep_says_how_to_continue_the_sweep(small_build, tmp_path):
+    """Ctrl-C in a sweep's job before its first checkpoint: the same command again would be refused
+    once an earlier job holds checkpoints (or start a new sweep of default names), so the line names
+    the same sweep with resume=latest, as a SIGTERM's does, not 'run the same command again'."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([*pretrain_cmd(small_build, sweep, "lr=1e-3,2e-3", "hydra.sweep.dir=hydra"), "-m"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(ROOT)))
+    log = sweep / "lr=0.001" / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and "train/lm_loss" not in (
+            log.read_text() if log.is_file() else ""):
+        time.sleep(0.1)     # the first job trains, with no checkpoint yet (epochs=100)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "before the run's first checkpoint" in err and "run the same command again" not in err
+    assert "run the same sweep with resume=latest to continue it" in err
+
+
 def test_ctrl_c_before_the_first_checkpoint_does_not_suggest_resume(tmp_path):
     """resume=<run folder> is refused while the folder holds no checkpoint: the Ctrl-C line must not
     send the user there, but say to run the command again; once a checkpoint exists it names resume."""
