@@ -95,7 +95,8 @@ def launch(hydra_config: DictConfig) -> None:
             print(f"done: step {summary['step']}, the run's last evaluation (pending when it stopped) ran now; "
                   f"checkpoints in {trainer.run_dir}", flush=True)
         elif info.is_main:
-            print(f"done: step {summary['step']}, {summary['steps_per_second']:.2f} steps/s, "
+            # over the whole loop, evaluations and saves included: below the progress bar's rate
+            print(f"done: step {summary['step']}, {summary['steps_per_second']:.2f} steps/s with evaluations, "
                   f"checkpoints in {trainer.run_dir}", flush=True)
         if summary["sigterm"] and is_multirun():   # after the job's last step: it is complete,
             agreed = True                           # but the sweep must not start its next job
