@@ -161,7 +161,7 @@ def later_jobs(config, trainer, tag: str) -> str:
     if not tag:
         return ""
     name = "" if config.run_name or config.checkpoint_path else f" run_name={trainer.run_name[:-len(tag) - 1]}"
-    return (f"; the sweep stops here, its later jobs not started: run the same sweep with resume=latest{name} "
+    return (f"; the sweep stops here (any job after this one is not started): run the same sweep with resume=latest{name} "
             f"to continue it")
 
 

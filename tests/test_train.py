@@ -653,8 +653,8 @@ runpy.run_path(sys.argv[0], run_name="__main__")
     runs = tmp_path / "checkpoints" / "sweep"
     [first] = runs.iterdir()
     assert (first / "latest").read_text() == "step_3" and eval_records(first)
-    stopped = re.search(r"stopped by SIGTERM after the job \S+ finished \(step 3\); the sweep stops here, its later "
-                        r"jobs not started: run the same sweep with resume=latest (run_name=\S+) to continue it", run.stderr)
+    stopped = re.search(r"stopped by SIGTERM after the job \S+ finished \(step 3\); the sweep stops here \(any job "
+                        r"after this one is not started\): run the same sweep with resume=latest (run_name=\S+) to continue it", run.stderr)
     assert stopped and first.name == stopped[1].removeprefix("run_name=") + "-lr=0.001", run.stderr[-3000:]
     again = subprocess.run([*sweep_cmd(small_build, "lr=1e-3,2e-3"), "resume=latest", stopped[1]], cwd=tmp_path,
                            capture_output=True, text=True, timeout=600, env=env)
