@@ -52,7 +52,11 @@ def choose_tasks(args, results: dict | None) -> list[str]:
     if (args.best or args.worst) and results is None:
         raise EvaluationInputError("--best/--worst need --votes (the --json output of vote.py)")
     if results is not None:
-        names += by_margin(results, args.best, best=True) + by_margin(results, args.worst, best=False)
+        picked = by_margin(results, args.best, best=True) + by_margin(results, args.worst, best=False)
+        if (args.best or args.worst) and not picked:
+            raise EvaluationInputError(f"--best/--worst: no task of {args.votes} has a vote margin (it needs "
+                                       f"predictions for every test input of the task); name tasks with --task")
+        names += picked
     if not names:
         raise EvaluationInputError("nothing to draw: give --task, or --votes with --best/--worst")
     return list(dict.fromkeys(names))          # in order, each once
@@ -78,14 +82,21 @@ def read_votes(path: Path) -> dict:
     return results
 
 
+def file_stem(name: str) -> str:
+    """A task name as a file name in --out: a "/" (a task JSON's 'name' field may hold one) would put
+    the file in a subfolder, or with "../" outside --out; "%" is escaped too, so names stay distinct."""
+    return name.replace("%", "%25").replace("/", "%2F")
+
+
 def draw(args, views: list, data) -> list[Path]:
     """Write the pictures; returns their paths."""
     written = []
     if args.format in ("html", "both"):
-        stem = views[0].name if len(views) == 1 else "tasks"
+        stem = file_stem(views[0].name) if len(views) == 1 else "tasks"
         written.append(write_atomic(args.out / f"{stem}.html", html_page(views, f"{len(views)} task(s) of {data}")))
     if args.format in ("png", "both"):
-        written += [write_atomic(args.out / f"{view.name}.png", encode_png(task_sheet(view)[0])) for view in views]
+        written += [write_atomic(args.out / f"{file_stem(view.name)}.png", encode_png(task_sheet(view)[0]))
+                    for view in views]
     return written
 
 

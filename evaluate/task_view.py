@@ -74,8 +74,12 @@ def add_votes(view: TaskView, result: dict, top: int) -> TaskView:
                         for a in pair["top"][:top]]
     solved = result.get("solved_at")
     margin = result.get("margin")
+    # a task's margin is that of its worst test input: none when any test input has no predictions
+    unvoted = [str(i + 1) for i, pair in enumerate(pairs) if not pair["votes"]]
     view.summary = (f"solved at K={solved}" if solved else "not solved") + \
-        (f", margin {margin:+.2f}" if margin is not None else ", no predictions")
+        (f", margin {margin:+.2f}" if margin is not None else
+         f", no predictions for test input {', '.join(unvoted)}" if 0 < len(unvoted) < len(pairs) else
+         ", no predictions")
     return view
 
 

@@ -221,3 +221,38 @@ def test_renders_folder_is_ignored_by_git():
         pytest.skip("not a git checkout")
     ignored = subprocess.run(["git", "check-ignore", "-q", "renders/tasks.html"], cwd=repo)
     assert ignored.returncode == 0
+
+
+def test_a_task_with_some_test_inputs_unpredicted_is_not_called_without_predictions(voted, tmp_path):
+    build, _ = voted
+    p = Predictions(build, TASKS).add("task_two", 0, WRONG, count=2)      # test input 2 gets none
+    p.save(tmp_path / "some.npz")
+    assert vote(["--predictions", str(tmp_path / "some.npz"), "--data", str(build),
+                 "--json", str(tmp_path / "some.json")]) == 0
+    out = tmp_path / "some"
+    assert render(["--votes", str(tmp_path / "some.json"), "--task", "task_two", "task_four", "--out", str(out)]) == 0
+    page = (out / "tasks.html").read_text()
+    assert "task_two <small>not solved, no predictions for test input 2</small>" in page
+    assert "task_four <small>not solved, no predictions</small>" in page
+
+
+def test_best_or_worst_with_no_task_to_pick_says_why(voted, tmp_path, capsys):
+    _, results = voted
+    report = json.loads(results.read_text())
+    for task in report["tasks"].values():
+        task["margin"] = None                       # as when no task has every test input predicted
+    unpicked = tmp_path / "unpicked.json"
+    unpicked.write_text(json.dumps(report))
+    assert render(["--votes", str(unpicked), "--worst", "2", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"render.py: error: --best/--worst: no task of {unpicked} has a vote margin (it needs "
+                   f"predictions for every test input of the task); name tasks with --task\n"), err
+
+
+def test_task_names_with_slashes_stay_inside_out(tmp_path):
+    build = make_build(tmp_path / "build", {"../escaped": TASKS["task_one"], "sub/x": TASKS["task_two"]})
+    out = tmp_path / "out"
+    assert render(["--data", str(build), "--task", "../escaped", "sub/x", "--format", "both", "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["..%2Fescaped.png", "sub%2Fx.png", "tasks.html"]
+    assert render(["--data", str(build), "--task", "../escaped", "--out", str(out)]) == 0
+    assert (out / "..%2Fescaped.html").is_file() and not (tmp_path / "escaped.png").exists()
