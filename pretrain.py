@@ -42,11 +42,11 @@ diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit statu
 def launch(hydra_config: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hrm.resume_settings import resume_path_problem, resume_with_saved_settings
-    tag = sweep_tag()   # a sweep job's swept values: its run name's end ('' for a single run)
+    composed = OmegaConf.to_container(hydra_config, resolve=True)
+    tag = sweep_tag(composed)   # a sweep job's swept values: its run name's end ('' for a single run)
     # resume: what the command line does not set comes from the checkpoint, not the config files
     try:
-        settings, note = resume_with_saved_settings(OmegaConf.to_container(hydra_config, resolve=True),
-                                                    list(HydraConfig.get().overrides.task), tag)
+        settings, note = resume_with_saved_settings(composed, list(HydraConfig.get().overrides.task), tag)
     except ValueError as e:     # a trainer.pt that cannot be read (CheckpointError), a run in another project
         exit_bad_config(f"error: {e}")
     try:
@@ -161,8 +161,8 @@ def later_jobs(config, trainer, tag: str) -> str:
     if not tag:
         return ""
     name = "" if config.run_name or config.checkpoint_path else f" run_name={trainer.run_name[:-len(tag) - 1]}"
-    return (f"; the sweep stops here (any job after this one is not started): run the same sweep with resume=latest{name} "
-            f"to continue it")
+    return (f"; the sweep stops here (any job after this one is not started): run the same sweep with "
+            f"resume=latest{name} to continue it")
 
 
 def where_the_run_stands(trainer, sweep: str = "") -> str:

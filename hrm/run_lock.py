@@ -54,7 +54,7 @@ class RunLock:
         self.run_dir, self._handle, self._created = run_dir, handle, created
 
     @classmethod
-    def acquire(cls, run_dir: str | Path) -> "RunLock":
+    def acquire(cls, run_dir: str | Path, _tries: int = 3) -> "RunLock":
         run_dir = Path(run_dir)
         created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]   # deepest first
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -78,11 +78,12 @@ class RunLock:
                   f"run from writing into {run_dir} at the same time", file=sys.stderr, flush=True)
             handle.close()
             return cls(run_dir, None, created)
-        if not _names(path, handle):
+        if not _names(path, handle) and _tries > 1:
             # a refused start's cleanup removed the file between our open and our flock: a lock on
-            # that orphan stops nobody (the next start makes a new .lock); take the one there now
+            # that orphan stops nobody (the next start makes a new .lock); take the one there now.
+            # A few times only: a filesystem whose stat and fstat never agree would recurse forever
             handle.close()
-            return cls.acquire(run_dir)
+            return cls.acquire(run_dir, _tries - 1)
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "

@@ -119,9 +119,12 @@ class RunLog:
                 if mode != "online":
                     raise
                 reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no reason given'}"
-                if not (wandb_mode == "auto" and os.environ.get("WANDB_MODE") not in WANDB_MODES):
+                forced = os.environ.get("WANDB_MODE") in WANDB_MODES
+                if not (wandb_mode == "auto" and not forced):
                     # asked for by name: the user wants the server, and is told plainly it failed
-                    raise ValueError(f"W&B mode 'online' could not start ({reason}); wandb.mode=offline logs "
+                    # (by the setting that asked: WANDB_MODE wins over wandb.mode)
+                    setting = "WANDB_MODE" if forced else "wandb.mode"
+                    raise ValueError(f"W&B mode 'online' could not start ({reason}); {setting}=offline logs "
                                      f"without the server (`wandb sync` later), disabled not at all") from None
                 # auto, with a key from a login node on a compute node without a route out: the run
                 # goes on, logged offline, rather than stop on a choice the user did not make

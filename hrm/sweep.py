@@ -48,11 +48,13 @@ def is_multirun() -> bool:
     return HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def sweep_tag() -> str:
+def sweep_tag(config: dict | None = None) -> str:
     """In a multirun (-m), this job's values of the swept keys (`arch.scaling.p=0.3`), swept on the
     command line or in `hydra.sweeper.params`, for its run name; '' otherwise. '/' becomes '_': the
     tag is one folder name. Sorted: the same sweep resumed with its keys in another order finds its
-    runs (Hydra gives a job's values in the order of the command line)."""
+    runs (Hydra gives a job's values in the order of the command line). `config`: the job's composed
+    settings; a run folder named in command-line order (by a sweep from before the sorting) that
+    holds checkpoints, where the sorted one holds none, keeps its name."""
     from hydra.core.hydra_config import HydraConfig
     if not is_multirun():
         return ""
@@ -60,7 +62,15 @@ def sweep_tag() -> str:
     swept = swept_keys(sys.argv[1:]) | set(OmegaConf.select(hydra_config, "sweeper.params", default=None) or {})
     task = OmegaConf.to_container(hydra_config.overrides.task, resolve=False)
     job = [o for o in task if o.split("=", 1)[0].lstrip("+~") in swept]
-    return ",".join(sorted(job)).replace("/", "_")
+    tag = ",".join(sorted(job)).replace("/", "_")
+    if config is not None and job != sorted(job):
+        from hrm.resume_settings import named_run_folder
+        from hrm.train_checkpoint import list_checkpoints
+        given = ",".join(job).replace("/", "_")
+        folders = {t: named_run_folder(config, t) for t in (tag, given)}
+        if folders[given] is not None and list_checkpoints(folders[given]) and not list_checkpoints(folders[tag]):
+            return given
+    return tag
 
 
 def sweep_record_on_rank_zero(argv: list[str]) -> list[str]:
@@ -300,7 +310,7 @@ class CheckEveryJob(Callback):
             """As the job's launch() will: a resumed job's settings are its checkpoint's, except
             those its command line gives (hrm/resume_settings.py)."""
             from hrm.resume_settings import resume_with_saved_settings
-            return resume_with_saved_settings(values, list(HydraConfig.get().overrides.task), sweep_tag())[0]
+            return resume_with_saved_settings(values, list(HydraConfig.get().overrides.task), sweep_tag(values))[0]
         before = HydraConfig.instance().cfg
         try:
             for i, job in enumerate(jobs):
@@ -308,8 +318,8 @@ class CheckEveryJob(Callback):
                                            settings=job_settings)
                 # the job's HydraConfig is set: its tag is the one the job's sweep_tag() will give
                 problem = checked if isinstance(checked, str) else \
-                    checkpoints_in_the_way(checked, sweep_tag(), bool(HydraConfig.get().job.chdir)) or \
-                    jobs_share_a_run(checked, swept)
+                    checkpoints_in_the_way(checked, sweep_tag(checked.model_dump()),
+                                           bool(HydraConfig.get().job.chdir)) or jobs_share_a_run(checked, swept)
                 if problem:
                     values = " ".join(o for o in job if o.split("=", 1)[0] in swept)
                     by_problem.setdefault(problem, []).append(f"#{i} ({values})")

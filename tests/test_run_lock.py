@@ -87,3 +87,14 @@ def test_a_lock_taken_on_a_file_a_refused_start_just_removed_is_taken_again(tmp_
     with pytest.raises(RunFolderInUse, match=f"is in use: pid {os.getpid()} on "):
         RunLock.acquire(tmp_path / "run")
     second.release()
+
+
+def test_a_filesystem_whose_stat_never_matches_the_open_file_still_takes_the_lock(tmp_path, monkeypatch):
+    """The retry above is for a file removed in a race: where stat and fstat of one file never agree
+    (some overlay or network filesystems), acquire takes the lock as before rather than recurse."""
+    import hrm.run_lock
+    monkeypatch.setattr(hrm.run_lock, "_names", lambda path, handle: False)
+    lock = RunLock.acquire(tmp_path / "run")
+    with pytest.raises(RunFolderInUse):
+        RunLock.acquire(tmp_path / "run")
+    lock.release()

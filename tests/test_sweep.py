@@ -153,3 +153,24 @@ def test_jobs_resuming_one_path_need_runs_of_their_own(tmp_path):
     assert sweep.jobs_share_a_run(shared, {"lr", "resume"}) is None
     for named in ({"run_name": "b"}, {"checkpoint_path": str(tmp_path / "b")}, {"resume": "latest"}, {"resume": None}):
         assert sweep.jobs_share_a_run(shared.model_copy(update=named), {"lr"}) is None, named
+
+
+def test_a_run_folder_a_sweep_named_in_command_line_order_is_still_found(monkeypatch, tmp_path):
+    """Sweeps from before the tags were sorted named their runs in command-line order: the same
+    sweep resumed must find those checkpoints, not start every job afresh beside them."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+    argv = ["-m", "lr=1e-3,2e-3", "arch.scaling.p=0.3,0.5"]
+    hydra_config = OmegaConf.create({"mode": RunMode.MULTIRUN, "overrides": {"task": ["lr=0.001", "arch.scaling.p=0.3"]},
+                                     "sweeper": {}})
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hydra_config))
+    monkeypatch.setattr(sys, "argv", ["pretrain.py", *argv])
+    config = {"checkpoint_path": str(tmp_path / "cp"), "run_name": None, "project_name": None, "data_path": "d"}
+    assert sweep.sweep_tag(config) == sweep.sweep_tag() == "arch.scaling.p=0.3,lr=0.001"   # nothing on disk
+    (tmp_path / "cp" / "lr=0.001,arch.scaling.p=0.3" / "step_5").mkdir(parents=True)
+    (tmp_path / "cp" / "lr=0.001,arch.scaling.p=0.3" / "step_5" / "trainer.pt").write_bytes(b"")
+    assert sweep.sweep_tag(config) == "lr=0.001,arch.scaling.p=0.3"
+    (tmp_path / "cp" / "arch.scaling.p=0.3,lr=0.001" / "step_9").mkdir(parents=True)     # the sorted one wins
+    (tmp_path / "cp" / "arch.scaling.p=0.3,lr=0.001" / "step_9" / "trainer.pt").write_bytes(b"")
+    assert sweep.sweep_tag(config) == "arch.scaling.p=0.3,lr=0.001"
