@@ -19,7 +19,8 @@ from evaluate.errors import EvaluationInputError
 from evaluate.npz_reader import open_npz
 
 ARRAYS = {"puzzle_identifiers": np.int32, "inputs": np.uint8, "preds": np.uint8, "q_halt_logits": np.float32}
-INFO_GLOB = "*/*/predictions/step_*/info.json"
+# at any depth: checkpoints/<project>/<run>/ by default, deeper with checkpoint_path=checkpoints/a/b/c
+INFO_GLOB = "**/predictions/step_*/info.json"
 
 
 @dataclass

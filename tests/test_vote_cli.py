@@ -76,6 +76,15 @@ def test_vote_script_defaults_to_newest_predictions_and_writes_outputs(workdir):
     assert sub["task_four"] == [{"attempt_1": [[0]], "attempt_2": [[0]]}]
 
 
+def test_the_newest_predictions_are_found_at_any_depth_under_checkpoints(workdir):
+    """checkpoint_path=checkpoints/sweeps/lr/p=0.5 puts a run three folders down, not two."""
+    from evaluate.predictions import newest_predictions
+    build = workdir / "data" / "arc-tiny"
+    deep = workdir / "checkpoints" / "sweeps" / "lr" / "p=0.5" / "predictions" / "step_7"
+    write_evaluation(build, deep, Predictions(build, TASKS), 7, 3_000_000)
+    assert newest_predictions(workdir / "checkpoints") == deep
+
+
 def test_vote_script_explicit_file_and_data(workdir):
     folder = workdir / "checkpoints" / "proj" / "run" / "predictions" / "step_5"
     out = run_vote(workdir, "--predictions", str(folder / "rank_*.npz"), "--data", str(workdir / "data" / "arc-tiny"),
