@@ -38,8 +38,9 @@ from hrm.distributed import check_device, init_distributed, shutdown, switch_on,
 from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.pretrain_config import let_the_speaker_finish, say_once_per_node  # noqa: E402
+from hrm.step_names import step_number  # noqa: E402
 from hrm.train_checkpoint import (list_checkpoints, missing_step_hint, previous_checkpoint_hint,  # noqa: E402
-                                  resolve_resume, step_number)
+                                  resolve_resume)
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
 SWITCH = {"auto": "auto", "true": True, "false": False}

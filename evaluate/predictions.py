@@ -17,6 +17,7 @@ import numpy as np
 from arc_data.encoding import SEQ_LEN
 from evaluate.errors import EvaluationInputError
 from evaluate.npz_reader import open_npz
+from hrm.step_names import step_number
 
 ARRAYS = {"puzzle_identifiers": np.int32, "inputs": np.uint8, "preds": np.uint8, "q_halt_logits": np.float32}
 # at any depth: checkpoints/<project>/<run>/ by default, deeper with checkpoint_path=checkpoints/a/b/c
@@ -102,13 +103,11 @@ def _folder(folder: Path, source: str) -> PredictionSet:
 def _newest_step_hint(folder: Path) -> str:
     """For a run folder (or its predictions/) passed as --predictions: the newest step_<N>
     predictions inside it, which is what was meant."""
-    # hrm.train_checkpoint.step_number's rule (ASCII digits: isdigit() takes `step_²`, int() does
-    # not), not the function: its module loads torch, which vote.py does without
     steps = [p.parent for pattern in ("step_*/info.json", "predictions/step_*/info.json")
-             for p in folder.glob(pattern) if p.parent.name[5:].isascii() and p.parent.name[5:].isdigit()]
+             for p in folder.glob(pattern) if step_number(p.parent) is not None]
     if not steps:
         return ""
-    newest = max(steps, key=lambda p: int(p.name[5:]))
+    newest = max(steps, key=step_number)
     return f" (a run's predictions are in its predictions/step_<N>/ folders; the newest: --predictions {newest})"
 
 

@@ -120,7 +120,7 @@ class RunLog:
                     raise
                 reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no reason given'}"
                 forced = os.environ.get("WANDB_MODE") in WANDB_MODES
-                if not (wandb_mode == "auto" and not forced):
+                if wandb_mode != "auto" or forced:
                     # asked for by name: the user wants the server, and is told plainly it failed
                     # (by the setting that asked: WANDB_MODE wins over wandb.mode)
                     setting = "WANDB_MODE" if forced else "wandb.mode"

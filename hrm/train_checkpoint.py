@@ -23,6 +23,7 @@ import torch
 from hrm.checkpoint import CheckpointError, load_state_strict, read_torch_file, recorded_build, save_model
 from hrm.distributed import DistInfo, barrier
 from hrm.model import Carry
+from hrm.step_names import step_number
 
 FORMAT = "hrm-deeploop/train-v1"
 
@@ -144,15 +145,6 @@ def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
             leftover.unlink()
         removed.append(leftover.name)
     return removed
-
-
-def step_number(step_dir: Path) -> int | None:
-    """N of a `step_<N>` folder or file, None for any other name (`step_7.bak`, `step_best`,
-    `step_`). ASCII digits only: str.isdigit() also takes `²`, which int() refuses."""
-    digits = step_dir.name.removeprefix("step_")
-    if digits == step_dir.name or not (digits.isascii() and digits.isdigit()):
-        return None
-    return int(digits)
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:

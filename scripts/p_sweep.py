@@ -179,6 +179,8 @@ def cell_row(cell: Cell, record: dict, run_dir: Path, floor: float, margin: floa
 
 
 def finished_record(cell_dir: Path, signature: str, digest: str) -> dict | None:
+    """The cell's cell.json when this very command on this build wrote it (at the end of a run, or
+    of an attempt a SIGTERM stopped), else None; one that cannot be read is refused, naming it."""
     path = cell_dir / "cell.json"
     if not path.is_file():
         return None
@@ -239,12 +241,8 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | 
     earlier = 0.0     # the seconds of the attempts it continues, as far as recorded (a killed sweep records none)
     if resume:
         print(f"{cell.describe()}: continuing its interrupted run from {latest_checkpoint(run_dir).name}", flush=True)
-        try:
-            before = json.loads((cell_dir / "cell.json").read_text())
-            if before.get("signature") == signature:
-                earlier = float(before.get("seconds") or 0.0)
-        except (OSError, ValueError, TypeError, AttributeError):
-            pass
+        before = finished_record(cell_dir, signature, digest)   # a SIGTERM's attempt records its seconds
+        earlier = float(before.get("seconds") or 0.0) if before else 0.0
     elif cell_dir.exists():
         remove_unless_training(cell_dir, run_dir, "another sweep over the same --work?")
     check_build(build, digest)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import types
+import typing
 
 import pytest
 import torch
@@ -10,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from pydantic import ValidationError
 
-from hrm.config import ArchConfig, ScalingConfig, resolve_forward_dtype
+from hrm.config import ArchConfig, ModuleScalingOverride, ScalingConfig, resolve_forward_dtype
 
 ARCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "arch")
 PRESETS = ["hrm_v1", "hrm_deeploop", "hrm_deepnorm", "hrm_tiny"]
@@ -105,6 +107,27 @@ def test_hydra_override_of_one_module_exponent():
 def test_validation_errors_name_the_field(kwargs, message):
     with pytest.raises(ValidationError, match=message):
         ArchConfig(**kwargs)
+
+
+def number_fields(model) -> list[str]:
+    """The fields of a pydantic model typed int or float, or Optional of those (not lists of them)."""
+    def numeric(annotation) -> bool:
+        return annotation in (int, float) or (typing.get_origin(annotation) in (typing.Union, types.UnionType)
+                                              and any(numeric(a) for a in typing.get_args(annotation)))
+    return [name for name, f in model.model_fields.items() if numeric(f.annotation)]
+
+
+@pytest.mark.parametrize("model, nest", [(ArchConfig, lambda name: {name: True}),
+                                         (ScalingConfig, lambda name: {"scaling": {"rule": "custom", "p": 0.5,
+                                                                                   name.rstrip("_"): True}}),
+                                         (ModuleScalingOverride, lambda name: {"scaling": {"H": {name.rstrip("_"): True}}})])
+def test_every_number_field_refuses_true(model, nest):
+    """refuse_bool names its fields by hand: one added later without it would read true as 1."""
+    fields = number_fields(model)
+    assert fields
+    for name in fields:
+        with pytest.raises(ValidationError, match=f"{name.rstrip('_')} takes a number, not true"):
+            ArchConfig(**nest(name))
 
 
 def test_a_setting_read_by_one_module_is_accepted():

@@ -89,6 +89,18 @@ def test_bad_config_names_the_field(small_build, overrides, field):
     assert f"  {field}:" in message or f"  config: {field}=" in message, message
 
 
+def test_every_number_field_of_the_training_config_refuses_true(small_build, tmp_path):
+    """refuse_bool names PretrainConfig's fields by hand: one added later without it would read true
+    as 1 (keep_checkpoints=true kept one checkpoint)."""
+    from pydantic import ValidationError
+    from test_model_config import number_fields
+    fields = number_fields(PretrainConfig)
+    assert "keep_checkpoints" in fields and "grad_clip" in fields
+    for name in fields:
+        with pytest.raises(ValidationError, match=f"{name} takes a number, not true"):
+            micro_config(small_build, tmp_path, **{name: True})
+
+
 def test_batch_not_divisible_by_world_size_is_refused(small_build, tmp_path):
     cfg = micro_config(small_build, tmp_path, global_batch_size=9)
     with pytest.raises(ValueError, match="global_batch_size=9 is not divisible by the world size 2"):
