@@ -77,6 +77,24 @@ def _all_gather(t: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts)
 
 
+def sum_rows_by_slot(slot: torch.Tensor, rows: torch.Tensor, slots: int,
+                     fixed_order: bool | None = None) -> torch.Tensor:
+    """[slots, D]: row s is the sum of the `rows` whose `slot` is s.
+
+    Every rank applies sign(sum) to its own copy of the table, so the sums must be bitwise equal on
+    all ranks, or a sum within rounding of zero takes another sign on one rank and the tables drift
+    apart for good (they are synchronised only at start-up). The CPU's index_add_ adds in row order;
+    CUDA's adds with atomics, in no fixed order. There (`fixed_order`, the default off the CPU)
+    index_put_ with accumulate=True is used: on CUDA it sorts the slots and adds each one's rows in
+    turn, the same way every time (on the CPU it may split the work across threads)."""
+    if fixed_order is None:
+        fixed_order = rows.device.type != "cpu"
+    summed = torch.zeros(slots, rows.shape[1], dtype=rows.dtype, device=rows.device)
+    if fixed_order:
+        return summed.index_put_((slot,), rows, accumulate=True)
+    return summed.index_add_(0, slot, rows)
+
+
 class PuzzleSignSGD(torch.optim.Optimizer):
     def __init__(self, embedding: PuzzleEmbedding, lr: float = 1e-2, weight_decay: float = 0.1):
         if lr < 0:
@@ -97,8 +115,7 @@ class PuzzleSignSGD(torch.optim.Optimizer):
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             ids, grads = _all_gather(ids), _all_gather(grads)
         unique_ids, slot = torch.unique(ids, return_inverse=True)
-        summed = torch.zeros(len(unique_ids), grads.shape[1], dtype=grads.dtype, device=grads.device)
-        summed.index_add_(0, slot, grads)
+        summed = sum_rows_by_slot(slot, grads, len(unique_ids))
         group = self.param_groups[0]
         lr, weight_decay = group["lr"], group["weight_decay"]
         table = self.embedding.table  # read it here: .to(device) replaces buffer objects

@@ -152,3 +152,25 @@ def test_compiled_evaluation_segment_on_gpu_matches_eager():
     assert_close(compiled["logits"].float().cpu(), eager["logits"].float().cpu(), 1e-4, "compiled eval logits")
     agree = (compiled["preds"] == eager["preds"]).float().mean().item()
     assert agree > 0.999, f"compiled eval predictions agree on {agree:.4%} of the cells"
+
+
+def test_puzzle_row_sums_repeat_bit_for_bit_on_gpu():
+    """Every rank sums the same gathered rows and applies their sign, so the sums must come out the
+    same each time (CUDA's index_add_ adds in no fixed order); and the update is the CPU's."""
+    from hrm.puzzle_embedding import PuzzleEmbedding, sum_rows_by_slot
+
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 6, (4096,), generator=g)              # many rows per id, as a global batch
+    grads = torch.randn(4096, 64, generator=g)
+    slot = torch.unique(ids, return_inverse=True)[1].to(DEVICE)
+    first = sum_rows_by_slot(slot, grads.to(DEVICE), 6)
+    for _ in range(5):
+        assert torch.equal(sum_rows_by_slot(slot, grads.to(DEVICE), 6), first)
+    tables = []
+    for device in ("cpu", DEVICE):
+        emb = PuzzleEmbedding(6, 64).to(device).train()
+        rows = emb(ids.to(device))
+        (rows * grads.to(device)).sum().backward()
+        PuzzleSignSGD(emb, lr=0.1, weight_decay=0.5).step()
+        tables.append(emb.table.cpu())
+    assert torch.equal(tables[1], tables[0])

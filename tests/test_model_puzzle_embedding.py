@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 
 from hrm.config import ArchConfig
 from hrm.model import HRM
-from hrm.puzzle_embedding import PuzzleEmbedding, PuzzleSignSGD
+from hrm.puzzle_embedding import PuzzleEmbedding, PuzzleSignSGD, sum_rows_by_slot
 
 TABLE = torch.tensor([[0.0, 0.0, 0.0],
                       [1.0, -1.0, 0.5],
@@ -61,6 +61,17 @@ def test_sign_sgd_hand_worked_update_touches_only_batch_rows():
     before = emb.table.clone()
     opt.step()                               # no new gradient: nothing happens
     assert torch.equal(emb.table, before)
+
+
+def test_fixed_order_row_sums_equal_hand_sums():
+    """CUDA's path (index_put_ with accumulate, taken here on the CPU) and the CPU's index_add_ give
+    the hand-worked per-slot sums; a slot with no row sums to zero. (That CUDA's repeats bit for bit
+    is tests/test_gpu.py's.)"""
+    slot = torch.tensor([2, 0, 2, 2, 0])
+    rows = torch.tensor([[1.0, -2.0], [0.5, 0.25], [3.0, 2.5], [-4.0, 0.5], [-0.5, 0.0]])
+    hand = torch.tensor([[0.0, 0.25], [0.0, 0.0], [0.0, 1.0]])
+    assert torch.equal(sum_rows_by_slot(slot, rows, 3, fixed_order=True), hand)
+    assert torch.equal(sum_rows_by_slot(slot, rows, 3), hand)            # the CPU's default
 
 
 def test_no_gradient_rows_outside_training():
