@@ -50,10 +50,13 @@ def _rule_with_exponent(rule: str, p: Optional[float]) -> str:
 
 
 def refuse_bool(v, info):
-    """A before-validator for number fields: pydantic reads true/false as 1/0, so `keep_checkpoints=true`
-    or `arch.H_layers=true` would run with 1 without a word."""
+    """A before-validator for number fields and lists of numbers: pydantic reads true/false as 1/0, so
+    `keep_checkpoints=true` or `arch.H_layers=true` would run with 1 without a word."""
     if isinstance(v, bool):
         raise ValueError(f"{info.field_name.rstrip('_')} takes a number, not {str(v).lower()}")
+    flag = next((item for item in v if isinstance(item, bool)), None) if isinstance(v, (list, tuple)) else None
+    if flag is not None:
+        raise ValueError(f"{info.field_name} takes numbers, not {str(flag).lower()}")
     return v
 
 

@@ -69,7 +69,7 @@ class PretrainConfig(BaseModel):
                                "lr_warmup_steps", "beta1", "beta2", "weight_decay", "puzzle_emb_lr",
                                "puzzle_emb_weight_decay", "grad_clip", "seed", "max_steps", "checkpoint_interval",
                                "keep_checkpoints", "eval_batch_size", "diagnostics_interval", "diagnostics_rows",
-                               "log_interval", mode="before")(refuse_bool)
+                               "log_interval", "eval_pass_k", mode="before")(refuse_bool)
 
     @field_validator("data_path")
     @classmethod

@@ -99,6 +99,8 @@ def test_every_number_field_of_the_training_config_refuses_true(small_build, tmp
     for name in fields:
         with pytest.raises(ValidationError, match=f"{name} takes a number, not true"):
             micro_config(small_build, tmp_path, **{name: True})
+    with pytest.raises(ValidationError, match="eval_pass_k takes numbers, not true"):   # it read as K=1
+        micro_config(small_build, tmp_path, eval_pass_k=[2, True])
 
 
 def test_batch_not_divisible_by_world_size_is_refused(small_build, tmp_path):
