@@ -23,6 +23,7 @@ if __package__ in (None, ""):
     sys.path[:] = [_repo] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import argparse  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 import json  # noqa: E402
 
 from evaluate.errors import EvaluationInputError, recorded_build_missing  # noqa: E402
@@ -82,6 +83,18 @@ def read_votes(path: Path) -> dict:
     return results
 
 
+@contextmanager
+def edited_votes_named(path: Path, where: str):
+    """A vote.py --json edited by hand (a grid that is not a list of rows of colours, a vote count
+    in quotes) fails deep in the drawing code: name the file and the task instead of a traceback."""
+    try:
+        yield
+    except EvaluationInputError:
+        raise
+    except (TypeError, AttributeError, IndexError, ValueError, OverflowError) as e:
+        raise EvaluationInputError(f"{path}: {where} not as vote.py --json writes it ({type(e).__name__}: {e})") from None
+
+
 def file_stem(name: str) -> str:
     """A task name as a file name in --out: a "/" (a task JSON's 'name' field may hold one) would put
     the file in a subfolder, or with "../" outside --out; "%" is escaped too, so names stay distinct."""
@@ -112,10 +125,13 @@ def main(argv=None) -> int:
             raise recorded_build_missing(data, f"build recorded in {args.votes} (meta.data)")
         build = BuildTasks(data)
         views = []
-        for name in choose_tasks(args, results):
+        with edited_votes_named(args.votes, "a task's margin is"):
+            chosen = choose_tasks(args, results)
+        for name in chosen:
             view = build.task(name)
             if results is not None and name in results["tasks"]:
-                add_votes(view, results["tasks"][name], args.top)
+                with edited_votes_named(args.votes, f"the entry of task {name!r} is"):
+                    add_votes(view, results["tasks"][name], args.top)
             views.append(view)
         written = draw(args, views, data)
     except KeyError as e:

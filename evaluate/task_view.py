@@ -61,6 +61,14 @@ class BuildTasks:
         return TaskView(name=name, demos=demos, tests=[TestPair(a, b) for a, b in tests])
 
 
+def answer_grid(rows: list) -> np.ndarray:
+    """An answer of vote.py --json (a list of rows of colours, [] for an empty answer) as a grid."""
+    grid = np.array(rows, dtype=np.uint8).reshape(len(rows), -1) if rows else np.zeros((0, 0), np.uint8)
+    if grid.size and grid.max() > 9:
+        raise ValueError(f"an answer holds colour {grid.max()}; ARC's are 0-9")
+    return grid
+
+
 def add_votes(view: TaskView, result: dict, top: int) -> TaskView:
     """Attach one task's entry of ``vote.py --json`` (its ``tasks[name]``): the ``top`` best answers."""
     pairs = result["pairs"]
@@ -69,8 +77,7 @@ def add_votes(view: TaskView, result: dict, top: int) -> TaskView:
                                    f"the build {len(view.tests)}: results and build do not belong together")
     for test, pair in zip(view.tests, pairs):
         test.rank, test.votes = pair["rank"], pair["votes"]
-        test.answers = [Answer(np.array(a["grid"], dtype=np.uint8).reshape(len(a["grid"]), -1) if a["grid"]
-                               else np.zeros((0, 0), np.uint8), a["votes"], a["confidence"], a["correct"])
+        test.answers = [Answer(answer_grid(a["grid"]), a["votes"], a["confidence"], a["correct"])
                         for a in pair["top"][:top]]
     solved = result.get("solved_at")
     margin = result.get("margin")

@@ -256,3 +256,24 @@ def test_task_names_with_slashes_stay_inside_out(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["..%2Fescaped.png", "sub%2Fx.png", "tasks.html"]
     assert render(["--data", str(build), "--task", "../escaped", "--out", str(out)]) == 0
     assert (out / "..%2Fescaped.html").is_file() and not (tmp_path / "escaped.png").exists()
+
+
+@pytest.mark.parametrize("edit, where", [
+    (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid="12"), "the entry of task 'task_one' is"),
+    (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid=[[1, 2], [3]]), "the entry of task 'task_one' is"),
+    (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid=[[300]]), "the entry of task 'task_one' is"),
+    (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid=[[12, 1]]), "the entry of task 'task_one' is"),
+    (lambda t: t["task_one"]["pairs"][0].update(top=None), "the entry of task 'task_one' is"),
+    (lambda t: t["task_one"].update(pairs=[7]), "the entry of task 'task_one' is"),
+    (lambda t: t["task_two"].update(margin="0.5"), "a task's margin is"),
+])
+def test_votes_edited_by_hand_are_named_without_traceback(edit, where, voted, tmp_path, capsys):
+    _, results = voted
+    data = json.loads(results.read_text())
+    edit(data["tasks"])
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    assert render(["--votes", str(edited), "--worst", "4", "--task", "task_one", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"render.py: error: {edited}: {where} not as vote.py --json writes it ("), err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
