@@ -30,7 +30,8 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
 from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, exit_bad_config, explain_unknown_key,
-                                 format_validation_error, say_once_per_node, speaks_for_node)
+                                 format_validation_error, numbers_as_text, say_once_per_node,
+                                 speaks_for_node)
 from hrm.sweep import (fresh_if_nothing_to_resume, is_multirun, launcher_log_on_rank_zero, sweep_record_on_rank_zero,
                        sweep_tag)
 
@@ -42,7 +43,10 @@ diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit statu
 def launch(hydra_config: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hrm.resume_settings import resume_path_problem, resume_with_saved_settings
-    composed = OmegaConf.to_container(hydra_config, resolve=True)
+    try:
+        composed = numbers_as_text(OmegaConf.to_container(hydra_config, resolve=True))
+    except ValueError as e:
+        exit_bad_config(f"error: {e}")
     tag = sweep_tag(composed)   # a sweep job's swept values: its run name's end ('' for a single run)
     # resume: what the command line does not set comes from the checkpoint, not the config files
     try:

@@ -106,6 +106,28 @@ class PretrainConfig(BaseModel):
         return self.eval_interval or self.epochs
 
 
+TEXT_FIELDS = ("data_path", "project_name", "run_name", "checkpoint_path", "resume", "wandb.entity", "arch.name")
+
+
+def numbers_as_text(config: dict) -> dict:
+    """The composed config with Hydra's numbers in text fields made text again: `run_name=123` comes
+    as the integer 123, which is the name typed (and which joined to a path before validation was a
+    TypeError). A float is refused with the way out: `run_name=1e3` comes as 1000.0, not as typed."""
+    for dotted in TEXT_FIELDS:
+        *parents, key = dotted.split(".")
+        node = config
+        for parent in parents:
+            node = node.get(parent) if isinstance(node, dict) else None
+        value = node.get(key) if isinstance(node, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if isinstance(value, float):
+            raise ValueError(f"{dotted}={value}: Hydra read it as a number, and a name is text; quote it "
+                             f"as typed, e.g. {dotted}=\"'name'\" in a shell")
+        node[key] = str(value)
+    return config
+
+
 def format_validation_error(err: ValidationError) -> str:
     """One line per bad field, dotted like a Hydra override (`arch.scaling.p: ...`)."""
     lines = []

@@ -103,6 +103,20 @@ def test_every_number_field_of_the_training_config_refuses_true(small_build, tmp
         micro_config(small_build, tmp_path, eval_pass_k=[2, True])
 
 
+def test_names_hydra_reads_as_numbers_are_the_names_typed(small_build, tmp_path):
+    """`run_name=123` reaches the config as the integer 123 (refused as not text, and joined to a
+    path by resume=latest before validation: a TypeError); it is the name typed. A float is not
+    (1e3 comes as 1000.0), so it is refused with the way out."""
+    from hrm.pretrain_config import numbers_as_text
+    raw = numbers_as_text(compose(f"data_path={small_build}", "run_name=123", "project_name=2024",
+                                  "wandb.entity=42", "arch.name=7"))
+    cfg = PretrainConfig(**raw)
+    assert (cfg.run_name, cfg.project_name, cfg.wandb.entity, cfg.arch.name) == ("123", "2024", "42", "7")
+    assert numbers_as_text(compose(f"data_path={small_build}", "run_name=abc"))["run_name"] == "abc"
+    with pytest.raises(ValueError, match=r"run_name=1000.0: Hydra read it as a number, and a name is text; quote it"):
+        numbers_as_text(compose(f"data_path={small_build}", "run_name=1e3"))
+
+
 def test_batch_not_divisible_by_world_size_is_refused(small_build, tmp_path):
     cfg = micro_config(small_build, tmp_path, global_batch_size=9)
     with pytest.raises(ValueError, match="global_batch_size=9 is not divisible by the world size 2"):
