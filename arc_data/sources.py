@@ -102,6 +102,12 @@ def parse_task(raw, name: str, subset: str, origin: str, key_order: tuple[str, .
     return Task(name, subset, origin, pairs)
 
 
+def _shown(path: Path) -> str:
+    """A path for a message, its undecodable bytes written as \\xNN (printing the surrogates Python
+    holds them as would fail)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def _ordered(names, order: str) -> list:
     names = sorted(names)
     return names[::-1] if order == "reverse" else names
@@ -147,13 +153,20 @@ def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
     source = Source("dir", str(root), "")
     subdirs = [d.name for d in root_path.iterdir() if d.is_dir()]
     for subset in _ordered(subdirs, order):
+        # a dangling symlink is kept so that reading it fails: skipping it would silently drop its task
         files = [f.name for f in (root_path / subset).iterdir() if f.suffix == ".json" and not f.name.startswith(".")
-                 and f.is_file()]
+                 and (f.is_file() or (f.is_symlink() and not f.exists()))]
         tasks = []
         for fname in _ordered(files, order):
             fpath = root_path / subset / fname
+            try:
+                # the name goes into the manifest's tree hash and becomes the task name in identifiers.json
+                rel = f"{subset}/{fname}".encode()
+            except UnicodeEncodeError:   # undecodable bytes of the file system, held as surrogates
+                raise BuildInputError(f"{_shown(fpath)}: the file or folder name is not valid UTF-8; rename it") \
+                    from None
             blob = fpath.read_bytes()
-            tree.update(f"{subset}/{fname}\0{hashlib.sha256(blob).hexdigest()}\n".encode())
+            tree.update(rel + f"\0{hashlib.sha256(blob).hexdigest()}\n".encode())
             try:
                 raw = json.loads(blob)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:

