@@ -11,7 +11,7 @@ Modules (each documents its public API):
     puzzle_embedding  PuzzleEmbedding (buffer table), PuzzleSignSGD (all-gathered sign-SGD)
     optim             AdamATan2 (fused CUDA kernel when available, exact PyTorch fallback)
     checkpoint        save_model / load_model, load_original_checkpoint (sapientinc/HRM format)
-    step_names        step_number (the N of `step_<N>` folders; no torch, for vote.py)
+    step_names        step_number (the N of `step_<N>` folders), unrenamed_saves; no torch, for vote.py
     diagnostics       visit_alignment (per-visit gradient alignment of weight-tied sublayers)
     train             the trainer (separate issue)
 """

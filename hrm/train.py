@@ -41,9 +41,9 @@ from hrm.pretrain_config import PretrainConfig
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
 from hrm.run_log import RunLog, resolve_wandb_mode
-from hrm.train_checkpoint import (check_run_folder_usable, check_run_folder_writable, list_checkpoints,
-                                  load_checkpoint, remove_unfinished_saves, resolve_resume, save_checkpoint,
-                                  unwritable_run_folder)
+from hrm.train_checkpoint import (check_run_folder_usable, check_run_folder_writable, checkpoint_step,
+                                  finish_unrenamed_saves, list_checkpoints, load_checkpoint, remove_unfinished_saves,
+                                  resolve_resume, save_checkpoint, unwritable_run_folder)
 
 
 class TrainingDiverged(RuntimeError):
@@ -430,9 +430,15 @@ class Trainer:
         if self.test_split.num_examples == 0:
             print(f"warning: {self.config.data_path} has an empty test split (its sources had no `evaluation` "
                   f"subset), so the evaluations measure nothing", file=sys.stderr, flush=True)
+        # A save killed between its renames is the newest checkpoint (it may be the one resumed,
+        # which every rank has loaded by now): put in place, never removed with the leftovers
+        finished = finish_unrenamed_saves(self.run_dir)
+        for tmp, final in finished.items():
+            print(f"renamed {tmp.name} to {final.name} in {self.run_dir}: a save of step {checkpoint_step(final)} "
+                  f"that a killed run left complete but not in place", flush=True)
         if resumed_from is not None:
             branch = "" if resumed_from.parent.resolve() == self.run_dir.resolve() else f", writing to {self.run_dir}"
-            print(f"resumed from {resumed_from} at step {self.step}{branch}", flush=True)
+            print(f"resumed from {finished.get(resumed_from, resumed_from)} at step {self.step}{branch}", flush=True)
         self._archive_divergence()
         leftovers = remove_unfinished_saves(self.run_dir)
         if leftovers:

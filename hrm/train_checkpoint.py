@@ -8,7 +8,10 @@ Layout, under the run's checkpoint folder:
     latest                   text file naming the newest complete step folder
 
 A checkpoint is written into `.step_<N>.tmp/` and renamed once every rank has written its part, so
-a killed run never leaves a half-written `step_<N>/`. Every file holds only tensors and plain
+a killed run never leaves a half-written `step_<N>/`. A step saved again (a resumed run re-reaching
+it) takes two renames, `step_<N>` -> `.step_<N>.old` then `.step_<N>.tmp` -> `step_<N>`: a kill
+between them leaves no `step_<N>/`, but a complete `.step_<N>.tmp/`, which counts as step N (see
+unrenamed_saves) until the next start puts it in place. Every file holds only tensors and plain
 containers and loads with `torch.load(weights_only=True)`.
 """
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch
 from hrm.checkpoint import CheckpointError, load_state_strict, read_torch_file, recorded_build, save_model
 from hrm.distributed import DistInfo, barrier
 from hrm.model import Carry
-from hrm.step_names import step_number
+from hrm.step_names import checkpoint_step, step_number, unrenamed_saves
 
 FORMAT = "hrm-deeploop/train-v1"
 
@@ -123,18 +126,37 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
             # this step and the keep-1 before it; never the one just written, nor the later steps
             # of a line this run branched off in its own folder (resumed from an earlier step): by
             # step number they would be the newest, and the new `latest` would name a pruned folder
-            earlier = [c for c in list_checkpoints(run_dir) if step_number(c) < step]
+            earlier = [c for c in list_checkpoints(run_dir) if checkpoint_step(c) < step]
             for old in earlier[:max(len(earlier) - (keep - 1), 0)]:
                 shutil.rmtree(old)
     barrier(info)
     return final
 
 
+def finish_unrenamed_saves(run_dir: str | Path) -> dict[Path, Path]:
+    """Complete the saves unrenamed_saves finds, as they would have ended: `latest` names the step,
+    the `.tmp` becomes `step_<N>`, the `.old` goes. Rank 0, holding the run folder, once every rank
+    has loaded what it resumes (which may be that `.tmp`). Returns {.tmp folder: step folder}.
+    `latest` is written first: a kill before the rename leaves the `.tmp` still found as the newest."""
+    run_dir = Path(run_dir)
+    finished = {}
+    for tmp in unrenamed_saves(run_dir):
+        final = run_dir / f"step_{checkpoint_step(tmp)}"
+        pointer = run_dir / ".latest.tmp"
+        pointer.write_text(final.name)
+        os.replace(pointer, run_dir / "latest")
+        os.replace(tmp, final)
+        shutil.rmtree(run_dir / f".{final.name}.old")
+        finished[tmp] = final
+    return finished
+
+
 def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
     """Remove the `.step_<N>.tmp/` folders (and `.latest.tmp`, and the `.step_<N>.old/` of a step
     saved again) that a run killed while saving left behind, and return their names. Each is as big
     as a checkpoint, never read, and otherwise only replaced if the run saves that same step again.
-    Only for the process holding the run folder."""
+    Only for the process holding the run folder, after finish_unrenamed_saves (or a complete save
+    left unrenamed would go too)."""
     run_dir = Path(run_dir)
     removed = []
     for leftover in (sorted(run_dir.glob(".step_*.tmp")) + sorted(run_dir.glob(".step_*.old"))
@@ -148,12 +170,13 @@ def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Complete step folders, oldest first. Only `step_<N>` counts: a copy beside them
-    (`step_7.bak`, `step_best`) is not one of the run's checkpoints (nor a crash of the sort)."""
+    """Complete step folders, oldest first, with any save killed before its last rename
+    (unrenamed_saves: `.step_<N>.tmp`, in step N's place). Only `step_<N>` counts: a copy beside
+    them (`step_7.bak`, `step_best`) is not one of the run's checkpoints (nor a crash of the sort)."""
     run_dir = Path(run_dir)
     found = [p for p in run_dir.glob("step_*")
              if step_number(p) is not None and p.is_dir() and (p / "trainer.pt").is_file()]
-    return sorted(found, key=step_number)
+    return sorted(found + unrenamed_saves(run_dir), key=checkpoint_step)
 
 
 def check_run_folder_usable(run_dir: str | Path) -> None:
@@ -214,6 +237,9 @@ def resolve_resume(resume: str, run_dir: str | Path | None, other_projects: bool
     if resume == "latest":
         if run_dir is None:
             raise ValueError("resume=latest needs the run's folder: set checkpoint_path (or project_name and run_name)")
+        unrenamed = unrenamed_saves(run_dir)
+        if unrenamed:   # the run's newest save, killed before it could rename itself and rewrite `latest`
+            return unrenamed[-1]
         pointer = Path(run_dir) / "latest"
         if pointer.is_file() and (Path(run_dir) / pointer.read_text().strip() / "trainer.pt").is_file():
             return Path(run_dir) / pointer.read_text().strip()

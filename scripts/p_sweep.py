@@ -59,6 +59,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hrm.step_names import unrenamed_saves  # noqa: E402
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       check_outputs, exact_text, last_eval, latest_checkpoint, read_run_log,
                                       output_path, remove_unless_training, run_logged,
@@ -225,9 +226,12 @@ def interrupted_run(cell_dir: Path, signature: str, digest: str) -> bool:
     if record.get("signature") != signature or record.get("digest") != digest:
         return False
     try:
-        return latest_checkpoint(cell_dir / "run").is_dir()     # `latest` is written once a save is complete
+        latest = latest_checkpoint(cell_dir / "run")    # `latest` is written once a save is complete
     except ExperimentError:     # no `latest`: no checkpoint
         return False
+    # a step saved again and killed between its renames is missing, its new copy not yet in place
+    # (pretrain.py resumes it and puts it there): the run is not to be wiped
+    return latest.is_dir() or bool(unrenamed_saves(cell_dir / "run"))
 
 
 def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | None = None) -> dict:

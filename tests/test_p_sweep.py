@@ -110,6 +110,23 @@ def test_resume_keeps_results_and_reruns_errors_and_changed_cells(tmp_path):
     assert not records and todo == cells
 
 
+def test_a_cell_killed_while_saving_a_step_again_is_continued_not_wiped(tmp_path):
+    """A cell resumed before its pending evaluation saves that step again; killed between the save's
+    renames, its `latest` names a missing step_4 while the complete `.step_4.tmp` (which pretrain.py
+    resumes) waits beside `.step_4.old`: the rerun continues it rather than wipe the cell."""
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "started.json").write_text(json.dumps({"signature": "s", "digest": "d"}))
+    run = cell / "run"
+    for name in (".step_4.old", ".step_4.tmp"):
+        (run / name).mkdir(parents=True)
+        (run / name / "trainer.pt").write_bytes(b"")
+    (run / "latest").write_text("step_4")
+    assert p_sweep.interrupted_run(cell, "s", "d")
+    (run / ".step_4.old").rename(run / ".step_4.cut")    # a save cut short: nothing to continue
+    assert not p_sweep.interrupted_run(cell, "s", "d")
+
+
 def test_figure6_png_has_one_panel_per_lr_and_loops(tmp_path):
     rows = []
     for lr in (1e-3, 1e-2):

@@ -370,6 +370,65 @@ def test_a_save_left_unfinished_by_a_kill_is_removed_when_the_run_continues(smal
     assert sorted(p.name for p in run.iterdir() if p.name.endswith((".tmp", ".old"))) == []
 
 
+def test_a_resave_killed_between_its_renames_is_the_newest_checkpoint(tmp_path):
+    """Saving a step again sets `step_N` aside as `.step_N.old`, then renames `.step_N.tmp` (complete
+    by then) to `step_N`: a kill between the two leaves no `step_N`. That `.tmp` is the run's newest
+    save, found as such without touching the folder (pretrain.py reads it before any lock), and put
+    in place by finish_unrenamed_saves; a `.tmp` without `.old` beside it is still a cut-short save."""
+    from hrm.train_checkpoint import finish_unrenamed_saves, list_checkpoints, remove_unfinished_saves, resolve_resume
+    run = tmp_path / "run"
+    for name in ("step_1", ".step_2.old", ".step_2.tmp", ".step_3.tmp"):
+        (run / name).mkdir(parents=True)
+        (run / name / "trainer.pt").write_bytes(name.encode())
+    (run / "latest").write_text("step_1")       # a branch's previous save: the pointer is rewritten after the renames
+    assert list_checkpoints(run) == [run / "step_1", run / ".step_2.tmp"]
+    assert resolve_resume("latest", run) == resolve_resume(str(run), None) == run / ".step_2.tmp"
+    assert finish_unrenamed_saves(run) == {run / ".step_2.tmp": run / "step_2"}
+    assert (run / "step_2" / "trainer.pt").read_bytes() == b".step_2.tmp"
+    assert (run / "latest").read_text() == "step_2" and not (run / ".step_2.old").exists()
+    assert remove_unfinished_saves(run) == [".step_3.tmp"]
+    assert list_checkpoints(run) == [run / "step_1", run / "step_2"]
+    # the old copy left beside a step that is in place (a kill while deleting it) is no checkpoint
+    (run / ".step_2.old").mkdir()
+    (run / ".step_2.tmp").mkdir()
+    (run / ".step_2.tmp" / "trainer.pt").write_bytes(b"")
+    assert list_checkpoints(run) == [run / "step_1", run / "step_2"] and finish_unrenamed_saves(run) == {}
+
+
+def test_a_run_killed_while_saving_a_step_again_resumes_that_save(small_build, tmp_path, capsys):
+    """A run resumed with resume=auto before its pending evaluation saves that step again; a kill
+    between the save's renames left `.step_2.old` and the new, complete `.step_2.tmp`, and no
+    `step_2` (keep_checkpoints=1: no other). The next start takes the run's settings from that save,
+    resumes it (not afresh) and puts it in place, rather than removing both copies."""
+    import shutil
+
+    from hrm.resume_settings import checkpoint_to_resume
+    from hrm.sweep import fresh_if_nothing_to_resume
+    run = tmp_path / "run"
+    Trainer(micro_config(small_build, run, max_steps=2, checkpoint_interval=1, keep_checkpoints=1), CPU,
+            progress=False).fit()
+    assert sorted(p.name for p in run.glob("*step_*")) == ["step_2"]
+    shutil.copytree(run / "step_2", run / ".step_2.tmp")
+    weights = torch.load(run / ".step_2.tmp" / "model.pt", weights_only=True)
+    name = next(k for k, v in weights["state"].items() if v.is_floating_point())
+    weights["state"][name] += 1.0       # the new save differs from the copy it replaces
+    torch.save(weights, run / ".step_2.tmp" / "model.pt")
+    (run / "step_2").rename(run / ".step_2.old")
+
+    again = micro_config(small_build, run, max_steps=3, resume="auto")
+    assert checkpoint_to_resume(again.model_dump(mode="json", by_alias=True), "") == run / ".step_2.tmp"
+    again = fresh_if_nothing_to_resume(again, CPU, "")
+    assert again.resume == "latest"
+    capsys.readouterr()
+    resumed = Trainer(again, CPU, progress=False)
+    assert resumed.step == 2
+    assert torch.equal(resumed.model.state_dict()[name], weights["state"][name])
+    out = capsys.readouterr().out
+    assert f"renamed .step_2.tmp to step_2 in {run}" in out and f"resumed from {run / 'step_2'} at step 2" in out
+    assert sorted(p.name for p in run.glob("*step_*")) == ["step_2"] and (run / "latest").read_text() == "step_2"
+    assert torch.equal(torch.load(run / "step_2" / "model.pt", weights_only=True)["state"][name], weights["state"][name])
+
+
 def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
     from hrm.train_checkpoint import resolve_resume
     run = tmp_path / "run"
