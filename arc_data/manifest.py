@@ -77,7 +77,10 @@ def verify(build_dir) -> list[str]:
     root = Path(build_dir)
     manifest = read_manifest(root)
     expected = manifest["files"]
-    present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()} - {MANIFEST}
+    # hidden files are the system's, never a build's (.DS_Store from a Mac's Finder, .nfs* on NFS):
+    # not reported as extra, or browsing a build would make an intact one fail
+    present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    present = {rel for rel in present if not any(part.startswith(".") for part in rel.split("/"))} - {MANIFEST}
     problems = [f"missing: {rel}" for rel in sorted(set(expected) - present)]
     problems += [f"extra: {rel}" for rel in sorted(present - set(expected))]
     to_check = sorted(set(expected) & present, key=lambda rel: -expected[rel]["size"])

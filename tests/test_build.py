@@ -290,6 +290,12 @@ def test_verify_detects_missing_and_extra_files(verified_build, tmp_path, capsys
     assert build_arc.main(["--verify", str(b)]) == 1
     out = capsys.readouterr().out
     assert "missing: test/all__labels.npy" in out and "extra: train/notes.txt" in out
+    # a hidden file is the system's (a Mac's Finder writes .DS_Store into every folder it shows)
+    (b / "test/all__labels.npy").write_bytes((verified_build / "test/all__labels.npy").read_bytes())
+    (b / "train/notes.txt").unlink()
+    (b / ".DS_Store").write_bytes(b"\0")
+    (b / "train" / ".nfs0001").write_bytes(b"\0")
+    assert build_arc.main(["--verify", str(b)]) == 0, capsys.readouterr().out
 
 
 @pytest.mark.parametrize("manifest", [
