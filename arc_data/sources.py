@@ -148,7 +148,7 @@ def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
     files (`.x.json`, macOS's `._x.json`), which the reference builder's `glob("*.json")` never lists."""
     root_path = Path(root)
     if not root_path.is_dir():
-        raise BuildInputError(f"{root}: not a directory")
+        raise BuildInputError(f"{root}: " + ("not a directory" if root_path.exists() else "no such folder"))
     tree = hashlib.sha256()
     source = Source("dir", str(root), "")
     subdirs = [d.name for d in root_path.iterdir() if d.is_dir()]
@@ -175,7 +175,11 @@ def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
         if tasks:
             source.subsets.append((subset, tasks))
     if not source.subsets:
-        raise BuildInputError(f"{root}: no subfolder holds task .json files")
+        # a subset folder named itself (ARC-AGI-1/training): its tasks are right here, one level up
+        here = any(f.suffix == ".json" and not f.name.startswith(".") for f in root_path.iterdir())
+        raise BuildInputError(f"{root}: no subfolder holds task .json files" +
+                              (f" (the .json files directly in it are not read: a source folder holds subset "
+                               f"folders, so name its parent, {root_path.resolve().parent})" if here else ""))
     source.sha256 = tree.hexdigest()
     return source
 

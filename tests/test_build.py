@@ -204,6 +204,19 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path, capsys, case):
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
+def test_a_subset_folder_or_a_missing_one_given_as_source_says_which(tmp_path, capsys):
+    """--source-dir ARC-AGI-1/training (a subset, not the folder of subsets) names the parent to
+    pass; a folder that does not exist says so rather than "not a directory"."""
+    src = small_source(tmp_path / "src")
+    assert build_arc.main(["--source-dir", str(src / "training"), "--output-dir", str(tmp_path / "b"), "--quiet"]) == 2
+    assert (f"{src / 'training'}: no subfolder holds task .json files (the .json files directly in it are not "
+            f"read: a source folder holds subset folders, so name its parent, {src})") in capsys.readouterr().err
+    assert build_arc.main(["--source-dir", str(tmp_path / "nowhere"), "--output-dir", str(tmp_path / "b"),
+                           "--quiet"]) == 2
+    assert f"{tmp_path / 'nowhere'}: no such folder" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
 def test_a_disk_error_while_writing_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
     """A full disk (or any OSError) mid-build: exit 2 with one line naming the build, no traceback,
     and no temporary folder left behind."""
