@@ -469,12 +469,18 @@ class EvalBatches:
     """The test split in order, in global batches; each rank yields its padded slice.
 
     Every rank yields ``len(self)`` batches of ``local_batch_size`` rows; rows past the end of the
-    split are padding (inputs PAD, labels -100, puzzle_identifiers blank = 0).
+    split are padding (inputs PAD, labels -100, puzzle_identifiers blank = 0). A global batch larger
+    than the split is cut to the split (rounded up to the world size): the rest would be padding
+    alone, and an eval_batch_size far above the split would run out of memory at the first
+    evaluation, after the training before it.
     """
 
     def __init__(self, data: PuzzleSplit, *, global_batch_size: int, rank: int = 0,
                  world_size: int = 1):
-        self.local_batch_size = _check_sharding(global_batch_size, rank, world_size)
+        _check_sharding(global_batch_size, rank, world_size)
+        whole_split = max(-(-data.num_examples // world_size), 1) * world_size
+        global_batch_size = min(global_batch_size, whole_split)
+        self.local_batch_size = global_batch_size // world_size
         self.data = data
         self.global_batch_size = global_batch_size
         self.rank = rank

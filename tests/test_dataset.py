@@ -405,6 +405,18 @@ def test_eval_batches_by_hand(tmp_path):
     assert rank0[1]["labels"][0].tolist() == [IGNORE_LABEL, 1, 6, IGNORE_LABEL]
 
 
+def test_an_eval_batch_larger_than_the_split_is_cut_to_it(tmp_path):
+    """5 test rows: a batch of 10**6 would be padding alone past them (and fill the memory); it is
+    cut to the split, rounded up to the world size, and still covers every row once."""
+    data = load_split(write_build(tmp_path, [[2, 3]], split="test"), "test")
+    assert EvalBatches(data, global_batch_size=10**6).local_batch_size == 5
+    ranks = [EvalBatches(data, global_batch_size=10**6, rank=r, world_size=2) for r in (0, 1)]
+    assert [b.local_batch_size for b in ranks] == [3, 3] and [len(b) for b in ranks] == [1, 1]
+    rows = [row_ids(batch)[batch["puzzle_identifiers"].numpy() != 0].tolist() for b in ranks for batch in b]
+    assert rows == [[0, 1, 2], [3, 4]]
+    assert EvalBatches(data, global_batch_size=4).local_batch_size == 4     # smaller: as asked
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 @pytest.mark.parametrize("global_batch_size", [6, 12, 24])
 def test_eval_covers_every_example_exactly_once(tmp_path, world_size, global_batch_size):
@@ -416,7 +428,8 @@ def test_eval_covers_every_example_exactly_once(tmp_path, world_size, global_bat
                                    world_size=world_size))
         lengths.add(len(batches))
         for batch in batches:
-            assert batch["inputs"].shape[0] == global_batch_size // world_size
+            whole_split = -(-data.num_examples // world_size) * world_size     # a larger batch is cut to it
+            assert batch["inputs"].shape[0] == min(global_batch_size, whole_split) // world_size
             real = batch["puzzle_identifiers"].numpy() != 0
             rows = row_ids(batch)[real]
             covered += rows.tolist()
