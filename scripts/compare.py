@@ -30,7 +30,7 @@ import os
 import shlex
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +44,7 @@ from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, chec
                                       gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
 # batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model
-from scripts.run_status import (DEFAULT_WINDOW as FINAL_WINDOW, EXIT_DIVERGED, STUCK,    # noqa: E402
+from scripts.run_status import (DEFAULT_WINDOW as FINAL_WINDOW, EXIT_DIVERGED, EXIT_INTERRUPTED, STUCK,  # noqa: E402
                                 classify_run, logged_steps, unigram_floor)
 from arc_data.manifest import read_manifest  # noqa: E402
 
@@ -459,10 +459,21 @@ def run_experiment(recipe: Recipe, args, say) -> tuple[str, str, dict]:
         except Exception as e:   # said now, not once the other arm has trained (hours later on GPUs)
             say(f"{arm.name}: {str(e).splitlines()[0]}" + ("; the other arm goes on" if len(recipe.arms) > 1 else ""))
             raise
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    pool, futures = ThreadPoolExecutor(max_workers=jobs), {}
+    try:
         # the arms take the GPUs in turn (both share one when there is one); the paper recipe's
         # torchrun uses every visible GPU itself
-        futures = {arm.name: pool.submit(run_and_tell, arm, arm_gpu(args, i)) for i, arm in enumerate(recipe.arms)}
+        for i, arm in enumerate(recipe.arms):
+            futures[arm.name] = pool.submit(run_and_tell, arm, arm_gpu(args, i))
+        wait(futures.values())      # on the futures: a thread's join, once interrupted, may not wait again
+    except KeyboardInterrupt:
+        # Ctrl-C reaches the running training too (one process group) and stops it; an arm still
+        # queued must not start then (the pool would start it: hours on every GPU for the paper recipe)
+        running = [f for f in futures.values() if not f.cancel()]
+        wait(running)   # (not the cancelled: wait() would never see them done)
+        pool.shutdown()
+        raise
+    pool.shutdown()
     failures = [f.exception() for f in futures.values() if f.exception() is not None]
     for error in failures:
         if not isinstance(error, ExperimentError):
@@ -497,6 +508,10 @@ def main(argv=None) -> int:
     except (ExperimentError, FileNotFoundError, ValueError) as e:
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"compare.py: interrupted: no table written; the arms' folders are under {recipe.work}",
+              file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     report = {"preset": recipe.preset, "command": shell_line([PYTHON, "scripts/compare.py", *argv]),
               "build": {"path": shell_line([str(recipe.build)]), "digest": digest, "description": description,
                         "unigram_floor": floor},

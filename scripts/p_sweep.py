@@ -36,7 +36,7 @@ started by the same command (its started.json); other crashed cells are run agai
 Classification is recomputed from the logs on every invocation, so --margin/--window can be
 changed without training again (a --window longer than --steps is refused; the default is cut to
 --steps). OUT.md names the commands that trained its cells (each cell.json records the one that
-trained it), not only the rerun's.
+trained it), not only the rerun's. Ctrl-C stops the cells under way and starts no other (exit 130).
 """
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small
                                       output_path, remove_unless_training, run_logged,
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
-from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_STOPPED, FINISHED,  # noqa: E402
-                                classify_run, logged_steps, smoothed_min, unigram_floor)
+from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_INTERRUPTED, EXIT_STOPPED,  # noqa: E402
+                                FINISHED, classify_run, logged_steps, smoothed_min, unigram_floor)
 
 DEFAULT_P = [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60]
 EXIT_BAD_GRID = 2   # a grid that cannot run as given (cells sharing a folder, a config pretrain.py refuses)
@@ -463,6 +463,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error(f"--p takes finite numbers, got {' '.join(map(str, args.p))}")
     if not all(math.isfinite(lr) and lr > 0 for lr in args.lr):
         ap.error(f"--lr takes positive numbers, got {' '.join(map(str, args.lr))}")
+    if min(args.tasks) < 1:   # a negative count slices from the end: --tasks -1 8 built 399 training tasks
+        ap.error(f"--tasks takes two whole numbers >= 1 (training, evaluation), got {' '.join(map(str, args.tasks))}")
     args.p, args.seeds, args.lr, args.loop_pairs, args.notes = merge_axes(args, loop_texts, loop_pairs)
     unset_or_positive = [v is None or v >= 1 for v in (args.window, args.threads)]   # None: the default
     if args.jobs < 1 or args.steps < 1 or not all(unset_or_positive) or not 0 <= args.margin < 1:
@@ -539,7 +541,7 @@ def main(argv=None) -> int:
 
     # A cell that cannot run (another sweep is training it, the build changed) stops the sweep: the
     # cells still queued are not started (they would race that sweep for its cells); those running
-    # finish and are recorded.
+    # finish and are recorded. So does Ctrl-C.
     stopped = threading.Event()
 
     def one(cell: Cell) -> None:
@@ -553,6 +555,8 @@ def main(argv=None) -> int:
             raise
         finally:
             slots.put(gpu)
+        if record["exit_code"] == EXIT_INTERRUPTED:   # its child stopped by Ctrl-C (or kill -INT): no new cell
+            stopped.set()
         with lock:
             records[cell] = record
             row = cell_row(cell, record, work / cell.folder / "run", floor, args.margin, args.window)
@@ -568,12 +572,25 @@ def main(argv=None) -> int:
 
     try:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for future in [pool.submit(one, cell) for cell in todo]:
-                future.result()
+            try:
+                for future in [pool.submit(one, cell) for cell in todo]:
+                    future.result()
+            except KeyboardInterrupt:
+                # Ctrl-C reaches the running children too (one process group), and they stop; without
+                # this the pool would start every queued cell, one Ctrl-C per cell to get out
+                stopped.set()
+                raise
+        if any(records[c]["exit_code"] == EXIT_INTERRUPTED for c in todo if c in records):
+            raise KeyboardInterrupt     # a child's Ctrl-C (SIGINT) that did not reach this process
         check_build(build, digest)
     except ExperimentError as e:
         print(f"p_sweep.py: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        done = sum(row["status"] in FINISHED for row in rows_so_far())
+        print(f"p_sweep.py: interrupted: {done} of {len(cells)} cells finished, no summary written; the same "
+              f"command continues the sweep", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
 
     rows = rows_so_far()
     write_csv(rows, output_path(args.out, ".csv"))

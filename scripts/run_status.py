@@ -55,6 +55,7 @@ TOO_SHORT = "too-short"                  # run_status.py's label for a run read 
 FINISHED = (TRAINED, DIVERGED, STUCK)    # statuses that are results; "error" is not
 EXIT_DIVERGED = 3                        # pretrain.py's exit code for a non-finite loss or gradient
 EXIT_STOPPED = 143                       # ... for a stop by SIGTERM, the step it stopped at saved
+EXIT_INTERRUPTED = 130                   # ... for Ctrl-C (SIGINT)
 DEFAULT_MARGIN = 0.05                    # 5% below the floor counts as having left it
 DEFAULT_WINDOW = 50                      # steps averaged for "final loss", here, in p_sweep.py and in
                                          # compare.py's table: on a small build a batch of 8 rows holds

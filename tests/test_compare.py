@@ -375,6 +375,31 @@ def test_a_failed_arm_is_said_at_once_and_the_other_still_runs(small_build, tmp_
     assert not (tmp_path / "paper.md").exists()
 
 
+def test_ctrl_c_during_an_arm_does_not_start_the_next(small_build, tmp_path, monkeypatch, capsys):
+    """Ctrl-C during the first arm's training (the paper recipe runs the arms in turn) stops that
+    training, which reaches torchrun's exit code 1 without diverged.json; the second arm, hours on
+    every GPU, must not start then (the pool started it, after a traceback)."""
+    import signal
+    import threading
+    import time
+    from evaluate.predict import default_batch_size
+    fake, started = fake_paper_tools(small_build, default_batch_size("auto"), True, crashes={"hrm_v1"})
+
+    def interrupted(cmd, log, **kwargs):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        time.sleep(0.5)     # the training takes a moment to exit; compare.py hears Ctrl-C at once
+        return fake(cmd, log, **kwargs)
+    monkeypatch.setattr(compare, "run_logged", interrupted)
+    try:
+        code = compare.main(["--preset", "paper", "--launch", "--data", str(small_build), "--nproc", "1",
+                             "--work", str(tmp_path / "work"), "--out", str(tmp_path / "paper")])
+    except KeyboardInterrupt:   # a traceback, with the next arm started behind it
+        code = "KeyboardInterrupt"
+    assert (code, started) == (130, ["hrm_v1 training"])
+    assert "compare.py: interrupted: no table written" in capsys.readouterr().err
+    assert not (tmp_path / "paper.md").exists()
+
+
 def run_printed_recipe(tmp_path, capsys, torchrun: str, python: str) -> subprocess.CompletedProcess:
     """The paper recipe's bash script, run in `tmp_path` (its build there, manifest only) with
     stand-ins: `torchrun` and `python` are the bodies of bash scripts (`python -c` still runs Python,

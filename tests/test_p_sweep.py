@@ -293,6 +293,16 @@ def test_non_finite_p_and_bad_lr_are_refused():
         assert e.value.code == 2
 
 
+def test_task_counts_below_one_are_refused(capsys):
+    # a negative count sliced the task list from its end: --tasks -1 8 built 399 training tasks
+    for tasks in (["-1", "8"], ["8", "0"]):
+        with pytest.raises(SystemExit) as e:
+            p_sweep.parse_args(["--tasks", *tasks])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--tasks takes two whole numbers >= 1 (training, evaluation), got {' '.join(tasks)}" in err
+
+
 def test_a_window_longer_than_the_runs_is_refused_and_the_default_one_shortened(capsys):
     """A final-loss window longer than --steps would average every whole curve (and call finished
     cells stuck where run_status.py says too-short): refused when given, the default cut to --steps."""
@@ -489,3 +499,34 @@ def test_a_damaged_cell_record_is_named(tmp_path):
     (tmp_path / "cell.json").write_text('["x"]')
     with pytest.raises(ValueError, match="not a record of p_sweep.py"):
         p_sweep.finished_record(tmp_path, "x", "d")
+
+
+@pytest.mark.parametrize("reaches", ["sweep and child", "child only"])
+def test_ctrl_c_stops_the_sweep_before_its_queued_cells(small_build, tmp_path, monkeypatch, capsys, reaches):
+    """Ctrl-C goes to the sweep and its running training (one process group): the training exits
+    130 and the sweep must not start the cells still queued (it started each of them, one Ctrl-C
+    per cell to get out). A child interrupted alone (kill -INT) stops it the same way."""
+    import signal
+    import threading
+    import time
+    trained = []
+    train = fake_training(trained)
+
+    def interrupted(cmd, log, **kwargs):
+        train(cmd, log, **kwargs)
+        if reaches == "sweep and child":
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(0.5)     # the child takes a moment to exit; the sweep hears it at once
+        return 130, 0.0
+    monkeypatch.setattr(p_sweep, "run_logged", interrupted)
+    monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
+    argv = ["--data", str(small_build), "--seeds", "0", "--steps", "3", "--gpus", "none", "--jobs", "1",
+            "--p", "0.4", "0.5", "0.6", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "sweep")]
+    try:
+        code = p_sweep.main(argv)
+    except KeyboardInterrupt:       # not said, only raised (after every queued cell had run)
+        code = "KeyboardInterrupt"
+    assert (code, trained) == (130, ["p0.400_seed0"])
+    err = capsys.readouterr().err
+    assert "interrupted: 0 of 3 cells finished, no summary written; the same command continues" in err
+    assert not (tmp_path / "sweep.md").exists()
