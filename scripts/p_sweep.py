@@ -33,6 +33,8 @@ same command and build digest and whose run is a result (trained/stuck/diverged)
 was stopped before its end with a checkpoint saved (a scheduler's SIGTERM, after which pretrain.py
 saves the step it stopped at; a sweep killed after a save) continues from it with resume=latest, as
 started by the same command (its started.json); other crashed cells are run again from scratch.
+A cell holding the result of another command or build is not trained again (deleting that result)
+without --replace-changed: the sweep is refused before any run, naming the cells and what changed.
 Classification is recomputed from the logs on every invocation, so --margin/--window can be
 changed without training again (a --window longer than --steps is refused; the default is cut to
 --steps). OUT.md names the commands that trained its cells (each cell.json records the one that
@@ -65,8 +67,8 @@ from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small
                                       output_path, remove_unless_training, run_logged,
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
-from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_INTERRUPTED, EXIT_STOPPED,  # noqa: E402
-                                FINISHED, classify_run, logged_steps, smoothed_min, unigram_floor)
+from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_DIVERGED, EXIT_INTERRUPTED,  # noqa: E402
+                                EXIT_STOPPED, FINISHED, classify_run, logged_steps, smoothed_min, unigram_floor)
 
 DEFAULT_P = [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60]
 EXIT_BAD_GRID = 2   # a grid that cannot run as given (cells sharing a folder, a config pretrain.py refuses)
@@ -210,6 +212,29 @@ def split_finished(cells: list[Cell], args, build: Path, digest: str, work: Path
         else:
             todo.append(cell)
     return records, todo
+
+
+def replaced_results(todo: list[Cell], args, build: Path, digest: str, work: Path) -> list[str]:
+    """The cells to run whose folder holds a result (a run that ended, trained or diverged) of
+    another command or build, each with what changed: running them deletes that result, which may
+    be hours of GPU time, so the sweep asks for --replace-changed first."""
+    found = []
+    for cell in todo:
+        path = work / cell.folder / "cell.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("exit_code") not in (0, EXIT_DIVERGED):
+            continue     # an error or a SIGTERM's attempt: not a result
+        old = str(record.get("signature", "")).split()
+        new = command_signature(train_command(cell, args, build, work / cell.folder / "run")).split()
+        if old != new:
+            found.append(f"{cell.folder} ({' '.join(x for x in old if x not in new) or '-'} -> "
+                         f"{' '.join(x for x in new if x not in old) or '-'})")
+        elif record.get("digest") != digest:
+            found.append(f"{cell.folder} (another build: digest {str(record.get('digest'))[:12]}... -> {digest[:12]}...)")
+    return found
 
 
 def interrupted_run(cell_dir: Path, signature: str, digest: str) -> bool:
@@ -434,6 +459,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--window", type=int, help=f"last steps averaged for the final loss, at most --steps "
                                                f"(default {DEFAULT_WINDOW}, or --steps when fewer)")
     ap.add_argument("--work", type=Path, help="run folders (default checkpoints/p_sweep)")
+    ap.add_argument("--replace-changed", action="store_true",
+                    help="train again cells whose result another command or build made (refused without it)")
     ap.add_argument("--out", type=Path, help="output stem: writes OUT.csv, OUT.png, OUT.md (default results/p_sweep)")
     argv = sys.argv[1:] if argv is None else argv
     exponent_form = negative_in_exponent_form(argv)
@@ -524,6 +551,13 @@ def main(argv=None) -> int:
         return 1
     if records:
         print(f"resuming: {len(records)} finished cell(s) kept, {len(todo)} to run", flush=True)
+    replaced = [] if args.replace_changed else replaced_results(todo, args, build, digest, work)
+    if replaced:
+        shown = "; ".join(replaced[:3]) + (f"; and {len(replaced) - 3} more" if len(replaced) > 3 else "")
+        print(f"p_sweep.py: error: {len(replaced)} cell(s) in {work} hold the result of another command or build, "
+              f"which this sweep would delete to train them again: {shown}. Use another --work (and --out), or "
+              f"pass --replace-changed; no cell was started", file=sys.stderr)
+        return EXIT_BAD_GRID
     problems = config_problems(todo, args, build, work)
     if problems:
         print(f"p_sweep.py: error: {problems}", file=sys.stderr)

@@ -530,3 +530,34 @@ def test_ctrl_c_stops_the_sweep_before_its_queued_cells(small_build, tmp_path, m
     err = capsys.readouterr().err
     assert "interrupted: 0 of 3 cells finished, no summary written; the same command continues" in err
     assert not (tmp_path / "sweep.md").exists()
+
+
+def test_results_of_another_command_or_build_are_not_deleted_without_asking(small_build, tmp_path, monkeypatch,
+                                                                            capsys):
+    """A rerun with another --steps (or --set, or on another build) into the same --work would
+    delete every finished cell to train it again: hours of GPU time, silently. It is refused before
+    any run, naming the cells and what changed; --replace-changed goes ahead. Errors are rerun."""
+    from arc_data.manifest import read_manifest
+    digest = read_manifest(small_build)["digest"]
+    work = tmp_path / "work"
+    base = ["--data", str(small_build), "--seeds", "0", "--gpus", "none", "--jobs", "1", "--work", str(work),
+            "--out", str(tmp_path / "sweep")]
+    before = p_sweep.parse_args([*base, "--steps", "30", "--p", "0.4", "0.5", "0.6"])
+    trained, crashed, other_build = make_grid([0.4, 0.5, 0.6], [0], [1e-3], before.loop_pairs)
+    _fake_cell(work, trained, before, small_build.resolve(), digest, 0, [1.0] * 30)
+    _fake_cell(work, crashed, before, small_build.resolve(), digest, 1, [2.0] * 5)
+    _fake_cell(work, other_build, before, small_build.resolve(), "e" * 64, 3, [2.0] * 5)
+    started = []
+    monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
+    assert p_sweep.main([*base, "--steps", "31", "--p", "0.4", "0.5", "0.6"]) == 2
+    err = capsys.readouterr().err
+    assert (f"2 cell(s) in {work.resolve()} hold the result of another command or build, which this sweep would "
+            f"delete to train them again: {trained.folder} (max_steps=30 -> max_steps=31); {other_build.folder} "
+            f"(max_steps=30 -> max_steps=31). Use another --work (and --out), or pass --replace-changed") in err, err
+    assert not started and (work / trained.folder / "cell.json").is_file()
+    # the same command: only the build differs for one cell, which is named so
+    assert p_sweep.main([*base, "--steps", "30", "--p", "0.6"]) == 2
+    assert f"{other_build.folder} (another build: digest eeeeeeeeeeee... -> {digest[:12]}...)" in capsys.readouterr().err
+    monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
+    p_sweep.main([*base, "--steps", "31", "--p", "0.4", "--replace-changed"])
+    assert len(started) == 1
