@@ -387,7 +387,9 @@ def summary_markdown(rows: list[dict], *, commands: list[str], build_line: str, 
         trained = [r["final_loss"] for r in group if r["status"] == "trained"]
         each = ", ".join(f"{x:.3f}" for x in trained)
         mean = f"{sum(trained) / len(trained):.4f} ({each})" if trained else "-"
-        lines.append(f"| {lr:g} | {loops} | {p:g} | {group[0]['alpha']:.4g} | {group[0]['beta']:.4g} | "
+        # from any seed whose log has them (an error cell's may not: its first row would show nan)
+        logged = next((r for r in group if not math.isnan(r["alpha"])), group[0])
+        lines.append(f"| {lr:g} | {loops} | {p:g} | {logged['alpha']:.4g} | {logged['beta']:.4g} | "
                      f"{count['trained']} | {count['stuck']} | {count['diverged']} | {count['error']} | {mean} |")
     lines += ["", f"| p | seed | lr | loops | status | final loss | min loss ({args.window}-step mean) | steps | "
                   f"eval LM loss | seconds |",

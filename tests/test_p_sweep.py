@@ -561,3 +561,14 @@ def test_results_of_another_command_or_build_are_not_deleted_without_asking(smal
     monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
     p_sweep.main([*base, "--steps", "31", "--p", "0.4", "--replace-changed"])
     assert len(started) == 1
+
+
+def test_summary_takes_alpha_and_beta_from_a_seed_that_logged_them(tmp_path):
+    """The first seed of a p may be an error cell with no log: its nan was the table's alpha."""
+    args = p_sweep.parse_args(["--steps", "30"])
+    row = dict(p=0.5, lr=1e-3, loops="2x2", final_loss=1.0, min_loss=1.0, steps=30, eval_lm_loss=1.0, seconds=1.0)
+    rows = [{**row, "seed": 0, "status": "error", "alpha": math.nan, "beta": math.nan},
+            {**row, "seed": 1, "status": "trained", "alpha": 4.899, "beta": 0.1021}]
+    md = p_sweep.summary_markdown(rows, commands=[], build_line="Build: x", floor=1.5, args=args,
+                                  png=tmp_path / "x.png", seconds=1.0)
+    assert "| 0.001 | 2x2 | 0.5 | 4.899 | 0.1021 | 1 | 0 | 0 | 1 | 1.0000 (1.000) |" in md, md
