@@ -521,8 +521,10 @@ def main(argv=None) -> int:
               "seconds": round(time.perf_counter() - started, 1), "notes": recipe.notes, "arms": arms}
     markdown = results_markdown(report)     # before either file is written: both or neither
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    output_path(args.out, ".json").write_text(json.dumps(report, indent=1) + "\n")
-    output_path(args.out, ".md").write_text(markdown)
+    # whole or not at all (a full disk): a rename over the file of an earlier comparison
+    from evaluate.outputs import write_atomic
+    write_atomic(output_path(args.out, ".json"), json.dumps(report, indent=1) + "\n")
+    write_atomic(output_path(args.out, ".md"), markdown)
     say(f"wrote {output_path(args.out, '.md')} and {output_path(args.out, '.json')}")
     print(markdown)
     return 0

@@ -638,7 +638,8 @@ def main(argv=None) -> int:
     trained_by = training_commands([records[c] for c in cells if c in records], previous_commands(md_path))
     md = summary_markdown(rows, commands=command_lines(trained_by, args.command), build_line=build_line, floor=floor,
                           args=args, png=png, seconds=time.perf_counter() - started)
-    md_path.write_text(md)
+    from evaluate.outputs import write_atomic
+    write_atomic(md_path, md)     # whole or not at all: the next rerun reads its commands back
     counts = {s: sum(r["status"] == s for r in rows) for s in ("trained", "stuck", "diverged", "error")}
     print(f"{counts}; wrote {output_path(args.out, '.csv')}, {png}, {output_path(args.out, '.md')}")
     return 0 if counts["error"] == 0 else 1
