@@ -58,6 +58,10 @@ def parse_args(argv: list[str]) -> dict:
         key, sep, value = item.partition("=")
         if not sep or key not in KEYS:
             raise PredictError(f"expected key=value with key in {sorted(KEYS)}, got {item!r}")
+        if not value:
+            # `output_dir=$OUT` with OUT unset: the default folder (training's predictions) would be
+            # written over, `data_path=` would read ./test, `checkpoint=` the current folder
+            raise PredictError(f"{key}= has no value (an unset shell variable?); give {key}=... or leave it out")
         args[key] = value
     if "checkpoint" not in args:
         raise PredictError("checkpoint=PATH is required")
@@ -160,9 +164,12 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
             trainer = read_torch_file(trainer_file)
             config = trainer.get("config") if isinstance(trainer, dict) else None
             data_path = config.get("data_path") if isinstance(config, dict) else None   # else: asked for below
-            # as typed for training, relative to where it ran: from elsewhere, its absolute form
+            # the build trained on is its absolute form while it is there, as resuming takes it
+            # (hrm/resume_settings.py): data_path as typed is relative to where training ran, and
+            # from here it may name another build (refused, or for a checkpoint that records no
+            # build, a wrong evaluation) or none; as typed only when the absolute one is gone
             resolved = trainer.get("data_path_resolved") if isinstance(trainer, dict) else None
-            if data_path and not Path(data_path).is_dir() and resolved and Path(resolved).is_dir():
+            if isinstance(resolved, str) and resolved and Path(resolved).is_dir():
                 data_path = resolved
         out = path.parent.parent / "predictions" / path.parent.name
     else:  # the original code: a raw state dict, its config beside it
@@ -235,12 +242,17 @@ def main(argv=None) -> int:
         if "output_dir" not in args:   # the default, known only now: still before the evaluation
             check_output_folder(out_dir, "the predictions folder", hint="; pass output_dir=DIR for another")
         test = load_split(data_path, "test")
-        check_same_build(trained_on, data_path, args["checkpoint"])
+        # without a puzzle embedding (puzzle_emb_ndim=0) no weight belongs to a puzzle: any build
+        # of the same seq_len and vocabulary evaluates (another num_aug, ARC-AGI-2's), as the model
+        # never reads the identifiers
+        has_table = model.arch.puzzle_emb_ndim > 0
+        if has_table:
+            check_same_build(trained_on, data_path, args["checkpoint"])
     except NotABuild as e:     # a build that is there but damaged needs no hint
         return refuse(f"{e}{recorded_build_hint(args)}")
     except (PredictError, ValueError, FileNotFoundError) as e:
         return refuse(str(e))
-    if test.metadata.num_puzzle_identifiers != model.num_puzzle_identifiers:
+    if has_table and test.metadata.num_puzzle_identifiers != model.num_puzzle_identifiers:
         return refuse(f"the checkpoint's puzzle-embedding table has {model.num_puzzle_identifiers:,} "
                       f"rows but the build {data_path} has {test.metadata.num_puzzle_identifiers:,} puzzle identifiers: "
                       f"they do not belong together (for the released ARC-AGI-2 checkpoint, build with --listing-order "

@@ -102,6 +102,33 @@ def test_checkpoint_that_does_not_fit_the_build_is_refused(small_build, tmp_path
     assert predict.main(["checkpoint"]) == 2
 
 
+def test_a_model_without_puzzle_embedding_evaluates_any_build_of_its_shape(small_build, tmp_path, capsys):
+    """puzzle_emb_ndim=0: no weight belongs to a puzzle, so a build other than the training one (its
+    identifier count and names differ) is evaluated, not refused for a table the model lacks; the
+    predictions are the model's own on that build's rows."""
+    from hrm.config import ArchConfig
+    from hrm.model import HRM
+    torch.manual_seed(0)
+    model = HRM(ArchConfig(**dict(ARCH, puzzle_emb_ndim=0)), 12, 900, 5, verbose=False)
+    step = tmp_path / "run" / "step_3"
+    save_model(str(step / "model.pt"), model, extra={"step": 3, "data": {"identifiers_sha256": "0" * 64,
+                                                                          "digest": None}})
+    out = tmp_path / "preds"
+    assert predict.main([f"checkpoint={step}", f"data_path={small_build}", f"output_dir={out}",
+                         "batch_size=16"]) == 0, capsys.readouterr().err
+    a = read(out)
+    inputs = np.load(small_build / "test" / "all__inputs.npy")
+    with torch.no_grad():
+        own = model.predict({"inputs": torch.from_numpy(inputs[:16]).int(),
+                             "puzzle_identifiers": torch.from_numpy(a["puzzle_identifiers"][:16])})
+    assert np.array_equal(a["preds"][:16], own["preds"].numpy().astype(np.uint8))
+    # with a table, the same mismatch is refused (its rows would belong to other puzzles)
+    with_table = HRM(ArchConfig(**ARCH), 12, 900, 5, verbose=False)
+    save_model(str(step / "model.pt"), with_table, extra={"step": 3})
+    assert predict.main([f"checkpoint={step}", f"data_path={small_build}", f"output_dir={out}"]) == 2
+    assert "puzzle-embedding table has 5 rows" in capsys.readouterr().err
+
+
 def test_evaluation_skips_the_padding_rows_of_a_batch():
     """The reader pads the last batch with blank rows at its end; one of them is run for all (and a
     batch of padding alone runs one row: every rank must reach the metrics all-reduce)."""
@@ -263,6 +290,28 @@ def test_a_relative_data_path_of_training_is_found_from_another_directory(small_
     assert info["data_path"] == str(small_build.resolve())
 
 
+def test_a_relative_data_path_naming_another_build_here_is_not_taken_for_the_training_one(small_build, tmp_path,
+                                                                                           monkeypatch):
+    """Predicting from another project folder that holds its own build under the same relative name
+    (another --seed, another num_aug): the build training read is still there, by its absolute path,
+    and is the one evaluated; the relative path as typed was taken, and refused as another build."""
+    import shutil
+    from hrm.distributed import DistInfo
+    from hrm.train import Trainer
+    from tests.test_train import micro_config
+    monkeypatch.chdir(small_build.parent)
+    Trainer(micro_config(Path(small_build.name), tmp_path / "run", max_steps=1, eval_save_predictions=False),
+            DistInfo(0, 1, 0, torch.device("cpu")), progress=False).fit()
+    elsewhere = tmp_path / "other-project"
+    other = Path(shutil.copytree(small_build, elsewhere / small_build.name))
+    names = json.loads((other / "identifiers.json").read_text())
+    (other / "identifiers.json").write_text(json.dumps(names[:1] + names[:0:-1]))   # other puzzle names
+    monkeypatch.chdir(elsewhere)
+    assert predict.main([f"checkpoint={tmp_path / 'run' / 'step_1'}", "batch_size=16"]) == 0
+    info = json.loads((tmp_path / "run" / "predictions" / "step_1" / "info.json").read_text())
+    assert info["data_path"] == str(small_build.resolve())
+
+
 def test_a_recorded_build_that_is_not_there_says_where_it_came_from(small_build, tmp_path, capsys):
     """The released checkpoints record data/arc-aug-1000, relative to another machine: the refusal
     says the path is the checkpoint's record and how to give another; a data_path given is just named."""
@@ -364,6 +413,19 @@ def test_help_prints_the_usage_and_exits_0(flag, capsys):
     assert predict.main(["checkpoint=anything", flag]) == 0
     out = capsys.readouterr().out
     assert "python evaluate/predict.py checkpoint=PATH [data_path=DIR]" in out
+
+
+@pytest.mark.parametrize("key", ["output_dir", "data_path", "checkpoint"])
+def test_an_empty_value_is_refused_not_taken_for_the_default(key, small_build, tmp_path, monkeypatch, capsys):
+    """`output_dir=$OUT` with OUT unset wrote over the default folder (training's predictions of
+    that step); `data_path=` looked for ./test, `checkpoint=` took the current folder for a run."""
+    original = write_original_run(small_build, tmp_path / "orig")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(predict, "evaluate", lambda *a, **k: pytest.fail("evaluated"))
+    args = {"checkpoint": str(original), key: ""}
+    assert predict.main([f"{k}={v}" for k, v in args.items()]) == 2
+    assert f"{key}= has no value (an unset shell variable?)" in one_line_error(capsys)
+    assert not (tmp_path / "orig" / "predictions").exists()
 
 
 def test_predict_refuses_bad_compile_and_batch_size_before_loading(tmp_path, monkeypatch, capsys):
