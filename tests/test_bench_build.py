@@ -16,7 +16,7 @@ def test_a_bad_extra_dir_is_one_line_naming_it_and_leaves_nothing(tmp_path):
     assert ran.returncode == 2, ran.stderr
     assert "Traceback" not in ran.stderr
     assert ran.stderr.strip().splitlines() == [f"bench_build.py: build_arc.py: error: {tmp_path / 'no_such_corpus'}: "
-                                               f"not a directory"]
+                                               f"no such folder"]
     assert not (tmp_path / "bench").exists()     # no warm-up build beside --output-dir
 
 
