@@ -29,9 +29,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
-from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, exit_bad_config, explain_unknown_key,
-                                 format_validation_error, numbers_as_text, say_once_per_node,
-                                 speaks_for_node)
+from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, command_line_arg, exit_bad_config,
+                                 explain_unknown_key, explain_unparsable_override, format_validation_error,
+                                 numbers_as_text, say_once_per_node, speaks_for_node)
 from hrm.sweep import (fresh_if_nothing_to_resume, is_multirun, launcher_log_on_rank_zero, sweep_record_on_rank_zero,
                        sweep_tag)
 
@@ -184,7 +184,7 @@ def where_the_run_stands(trainer, sweep: str = "") -> str:
         return (f"at step {trainer.step}, before the run's first checkpoint, so there is nothing to resume: run the "
                 f"same command again (checkpoint_interval=N saves every N steps)")
     return (f"at step {trainer.step}; the run's checkpoints are in {trainer.run_dir}: continue from the newest "
-            f"with resume={trainer.run_dir}{sweep}")
+            f"with {command_line_arg('resume', trainer.run_dir)}{sweep}")
 
 
 def check_overrides(argv: list[str]) -> None:
@@ -199,7 +199,7 @@ def check_overrides(argv: list[str]) -> None:
     from hydra._internal.utils import create_automatic_config_search_path, get_args_parser
     from hydra.core.config_search_path import SearchPathQuery
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, OverrideParseException
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
@@ -221,6 +221,8 @@ def check_overrides(argv: list[str]) -> None:
         check_preset_choices(hydra, args.overrides)
         mode = RunMode.MULTIRUN if args.multirun else hydra.get_mode(config_name, args.overrides) or RunMode.RUN
         hydra.compose_config(config_name, args.overrides, run_mode=mode, with_log_configuration=False)
+    except OverrideParseException as e:   # Hydra's message does not say which argument, nor how to quote it
+        exit_bad_config(f"invalid config: {explain_unparsable_override(e.override, str(e))}")
     except (HydraException, OmegaConfBaseException) as e:
         message = str(e)
         if message.startswith("Could not override"):   # an unknown key: name the nearest known ones

@@ -6,6 +6,8 @@ keys and bad values with a message naming the field, before any work starts.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -209,3 +211,33 @@ def explain_unknown_key(message: str, config) -> str:
     close = difflib.get_close_matches(found[1], keys, n=3, cutoff=0.7)
     advice = f" Did you mean {' or '.join(close)}?" if close else ""
     return f"no such key: {found[1]!r}.{advice}"
+
+
+# What a value on pretrain.py's command line may hold unquoted: Hydra's override grammar reads `=`,
+# `,`, brackets, quotes, `#`, `~` ... as syntax (and the shell some of them)
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_\-/.+%@:]*")
+
+
+def command_line_arg(key: str, value, hydra: bool = True) -> str:
+    """`key=value` as typed in a shell, for the commands our messages suggest. For pretrain.py
+    (`hydra`) a value that Hydra would read as syntax is quoted for Hydra as well: a sweep's run
+    folder, `S-arch.scaling.p=0.3`, pasted bare stops Hydra at its second `=` ("mismatched input
+    '=' expecting <EOF>"). predict.py splits at the first `=`: it needs the shell's quoting only."""
+    text = str(value)
+    if _PLAIN_VALUE.fullmatch(text):
+        return f"{key}={text}"
+    if hydra:
+        text = f"'{text}'" if '"' in text else f'"{text}"'
+    return shlex.quote(f"{key}={text}")
+
+
+def explain_unparsable_override(override: str, message: str) -> str:
+    """Hydra's error for an override its grammar cannot read names neither the argument nor the way
+    out (`resume=checkpoints/p/S-lr=0.001`: "mismatched input '=' expecting <EOF>"). Name it, and
+    for `key=value` whose value is not meant as a list, dict or function, give the quoted form that
+    passes the value as text."""
+    key, sep, value = override.partition("=")
+    hint = ""
+    if sep and value and value[0] not in "'\"[{(" and re.fullmatch(r"[+~]{0,2}[\w.]+", key):
+        hint = f"\nto pass the value as text, quote it for Hydra (and the shell): {command_line_arg(key, value)}"
+    return f"{override}: {message}{hint}"

@@ -37,7 +37,7 @@ from hrm.evaluation import (EvaluationStopped, compiled_segment, evaluate, score
 from hrm.loss import ACTLossHead
 from hrm.model import HRM, Carry
 from hrm.optim import AdamATan2
-from hrm.pretrain_config import PretrainConfig
+from hrm.pretrain_config import PretrainConfig, command_line_arg
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
 from hrm.run_log import RunLog, resolve_wandb_mode
@@ -55,7 +55,8 @@ class TrainingStopped(RuntimeError):
     rank stopped after the same step, once the run's checkpoint for that step was saved."""
 
     def __init__(self, step: int, checkpoint: Path, run_dir: Path):
-        super().__init__(f"stopped by SIGTERM at step {step}, saved as {checkpoint}: continue with resume={run_dir}")
+        super().__init__(f"stopped by SIGTERM at step {step}, saved as {checkpoint}: continue with "
+                         f"{command_line_arg('resume', run_dir)}")
         self.step, self.checkpoint, self.run_dir = step, checkpoint, run_dir
 
 
@@ -200,8 +201,12 @@ def check_same_arch(saved_config: dict, config: PretrainConfig, checkpoint: Path
                      if k.removeprefix("arch.") not in RESUMABLE_ARCH_CHANGES and saved.get(k) != now.get(k))
     if changed:
         shown = ", ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {now.get(k)!r} now" for k in changed)
+        # pretrain.py takes what the command line does not give from the checkpoint; a preset named
+        # there (`arch=hrm_tiny`, as in the command that started a sweep) gives all of its arch
         raise ValueError(f"resume={checkpoint}: the run was trained with another architecture ({shown}); "
-                         f"resume with the checkpoint's settings (its all_config.yaml), or start a new run")
+                         f"resume with the checkpoint's settings (its all_config.yaml): leave arch=<preset> and "
+                         f"arch.* off the command line, which then takes them from the checkpoint; or start a "
+                         f"new run")
 
 
 def check_same_data(saved_config: dict, saved_data: dict | None, config: PretrainConfig, data: dict,

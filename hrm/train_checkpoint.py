@@ -26,6 +26,7 @@ import torch
 from hrm.checkpoint import CheckpointError, load_state_strict, read_torch_file, recorded_build, save_model
 from hrm.distributed import DistInfo, barrier
 from hrm.model import Carry
+from hrm.pretrain_config import command_line_arg
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves
 
 FORMAT = "hrm-deeploop/train-v1"
@@ -259,6 +260,12 @@ def resolve_resume(resume: str, run_dir: str | Path | None, other_projects: bool
                             f"folder holding one")
 
 
+def suggested(option: str, path: Path) -> str:
+    """`option=path` as the user types it: resume= is pretrain.py's, read by Hydra (a sweep's run
+    folder holds `=`, which Hydra reads as syntax unless quoted); checkpoint= is predict.py's own."""
+    return command_line_arg(option, path, hydra=option == "resume")
+
+
 def missing_step_hint(path: str | Path, option: str = "resume", does: str = "continues from",
                       shown: int = 3) -> str:
     """'; the run folder <run> holds step_a, step_b: <option>=<run> <does> its newest' for a step
@@ -274,7 +281,7 @@ def missing_step_hint(path: str | Path, option: str = "resume", does: str = "con
     if not found:
         return ""
     listed = ("..., " if len(found) > shown else "") + ", ".join(found[-shown:])
-    return f"; the run folder {path.parent} holds {listed}: {option}={path.parent} {does} its newest"
+    return f"; the run folder {path.parent} holds {listed}: {suggested(option, path.parent)} {does} its newest"
 
 
 def previous_checkpoint_hint(step_dir: str | Path, option: str = "resume",
@@ -285,7 +292,7 @@ def previous_checkpoint_hint(step_dir: str | Path, option: str = "resume",
     step_dir = Path(step_dir)
     found = [c.name for c in list_checkpoints(step_dir.parent)]
     earlier = found[:found.index(step_dir.name)] if step_dir.name in found else []
-    return f"; {option}={step_dir.parent / earlier[-1]} {does} the previous checkpoint" if earlier else ""
+    return f"; {suggested(option, step_dir.parent / earlier[-1])} {does} the previous checkpoint" if earlier else ""
 
 
 def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: DistInfo,

@@ -274,9 +274,10 @@ def main(argv=None) -> int:
     try:    # every run is read before anything is printed: an error leaves no partial table
         for run_dir in args.runs:
             if not (run_dir / "log.jsonl").is_file():
-                if not run_dir.is_dir() or len(args.runs) == 1:   # a typo, or the one folder asked for
+                if not run_dir.exists() or len(args.runs) == 1:   # a typo, or the one folder asked for
                     raise RunStatusError(f"{run_dir}: no log.jsonl, not a run folder of pretrain.py")
-                # a folder of a glob (`checkpoints/<project>/*`) that holds no run: said, then passed over
+                # a match of a glob (`checkpoints/<project>/*`) that holds no run: a folder of a run that
+                # failed before logging, a file beside the runs (compare.py's build.log): said, then passed over
                 print(f"run_status.py: note: {run_dir}: no log.jsonl, not a run folder; skipped", file=sys.stderr)
                 continue
             build = find_build(run_dir, args.data).resolve()

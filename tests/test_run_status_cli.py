@@ -140,13 +140,19 @@ def test_a_folder_that_is_not_a_run_fails_before_any_line_is_printed(small_build
 
 def test_a_folder_without_a_run_among_several_is_passed_over(small_build, tmp_path, capsys):
     """`run_status.py checkpoints/<project>/*` may meet a folder that holds no run (one that failed
-    before logging): it is named and skipped, and the runs are still reported."""
+    before logging) or a file (compare.py's build.log beside its arms): it is named and skipped, and
+    the runs are still reported."""
     good = write_run(tmp_path / "good", [1.0] * 3, small_build)
     (tmp_path / "empty").mkdir()
     assert main([str(good), str(tmp_path / "empty")]) == 0
     out, err = capsys.readouterr()
     assert out.startswith(f"{good}: ") and err == f"run_status.py: note: {tmp_path / 'empty'}: no log.jsonl, not a run folder; skipped\n"
     assert main([str(tmp_path / "empty")]) == 2     # the one folder asked for: an error
+    capsys.readouterr()
+    (tmp_path / "build.log").write_text("")        # a file the glob meets (compare.py's folder): passed over too
+    assert main([str(tmp_path / "build.log"), str(good)]) == 0
+    said = capsys.readouterr().err
+    assert said == f"run_status.py: note: {tmp_path / 'build.log'}: no log.jsonl, not a run folder; skipped\n"
     (tmp_path / "empty2").mkdir()
     assert main([str(tmp_path / "empty"), str(tmp_path / "empty2")]) == 2
     assert "none of the 2 folders holds a run" in capsys.readouterr().err

@@ -960,7 +960,8 @@ def test_resuming_with_another_architecture_is_refused_naming_the_fields(small_b
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
     other = {**MICRO_ARCH, "scaling": {"rule": "none"}, "L_cycles": 3}   # same shapes, another model
     with pytest.raises(ValueError, match=r"another architecture \(arch.L_cycles: 2 in the checkpoint, 3 now, "
-                                         r"arch.scaling.rule: 'deeploop' in the checkpoint, 'none' now\)"):
+                                         r"arch.scaling.rule: 'deeploop' in the checkpoint, 'none' now\); .*"
+                                         r"leave arch=<preset> and arch.\* off the command line"):
         Trainer(micro_config(small_build, tmp_path / "run", arch=other, max_steps=2, resume="latest"), CPU,
                 progress=False)
     renamed = {**MICRO_ARCH, "name": "micro-again"}                      # a label only: fine
@@ -1276,6 +1277,45 @@ def test_ctrl_c_before_the_first_checkpoint_does_not_suggest_resume(tmp_path):
         SimpleNamespace(step=27, run_dir=run))
     assert pretrain.where_the_run_stands(None) == "before training"
 
+
+def test_suggested_resume_of_a_sweep_run_parses_as_that_path(tmp_path, capsys):
+    """A sweep names its runs `<name>-<key>=<value>`. The resume= that the Ctrl-C and SIGTERM lines
+    and the damaged- or missing-step hints suggest is pasted into a shell and read by Hydra, whose
+    grammar stops at a bare second `=` ("mismatched input '='", naming no argument): the suggestion
+    is quoted so that it parses as the run's path, and a bare one typed by hand is named, with the
+    quoted form. predict.py's checkpoint= splits at the first `=`: left as it is."""
+    import importlib.util
+    import shlex
+    from types import SimpleNamespace
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hrm.train_checkpoint import missing_step_hint, previous_checkpoint_hint
+    spec = importlib.util.spec_from_file_location("pretrain_script", ROOT / "pretrain.py")
+    pretrain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pretrain)
+    run = tmp_path / "S-arch.scaling.p=0.3"
+    for step in (10, 20):
+        (run / f"step_{step}").mkdir(parents=True)
+        (run / f"step_{step}" / "trainer.pt").write_bytes(b"")
+
+    def as_hydra_reads_it(said: str) -> str:
+        """The value of the one resume= suggested in `said`, pasted into a shell and read by Hydra."""
+        [suggested] = re.findall(r"""'resume=[^']*'|resume=\S+""", said)
+        [override] = OverridesParser.create().parse_overrides(shlex.split(suggested))
+        return override.value()
+    quoted = f"""'resume="{run}"'"""
+    stands = pretrain.where_the_run_stands(SimpleNamespace(step=27, run_dir=run))
+    assert stands.endswith(f"with {quoted}") and as_hydra_reads_it(stands) == str(run)
+    assert as_hydra_reads_it(str(TrainingStopped(20, run / "step_20", run))) == str(run)
+    assert as_hydra_reads_it(missing_step_hint(run / "step_3")) == str(run)
+    assert as_hydra_reads_it(previous_checkpoint_hint(run / "step_20")) == str(run / "step_10")
+    assert f": checkpoint={run} evaluates its newest" in missing_step_hint(run / "step_3", "checkpoint", "evaluates")
+    with pytest.raises(SystemExit) as refused:
+        pretrain.check_overrides([f"resume={run}", "max_steps=5"])
+    said = capsys.readouterr().err
+    assert refused.value.code == 2 and said.startswith(f"pretrain.py: invalid config: resume={run}: ")
+    assert said.rstrip().endswith(f"quote it for Hydra (and the shell): {quoted}"), said
+    pretrain.check_overrides([f'resume="{run}"', "max_steps=5"])   # the quoted form passes
 
 def test_resuming_a_finished_run_says_so(small_build, tmp_path):
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, eval_save_predictions=False), CPU,
