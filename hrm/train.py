@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from arc_data.dataset import EvalBatches, TrainBatches, load_split
 from arc_data.manifest import build_identity
+from hrm.config import ArchConfig
 from hrm.diagnostics import visit_alignment
 from hrm.distributed import (DistInfo, agree_on_outcome, all_reduce_grads_, all_reduce_sum_, broadcast_module_,
                              broadcast_object, switch_on)
@@ -41,6 +42,7 @@ from hrm.pretrain_config import PretrainConfig, command_line_arg
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
 from hrm.run_log import RunLog, resolve_wandb_mode
+from hrm.scaling import derive_scaling
 from hrm.train_checkpoint import (check_run_folder_usable, check_run_folder_writable, checkpoint_step,
                                   finish_unrenamed_saves, list_checkpoints, load_checkpoint, remove_unfinished_saves,
                                   resolve_resume, save_checkpoint, unwritable_run_folder)
@@ -191,6 +193,14 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 RESUMABLE_ARCH_CHANGES = {"name", "forward_dtype"}
 
 
+def same_scaling(saved_arch: dict, arch: ArchConfig) -> bool:
+    """Whether two scaling settings give the same model: the same rule, alpha, beta, eps per module."""
+    try:
+        return derive_scaling(ArchConfig(**saved_arch)) == derive_scaling(arch)
+    except (ValueError, TypeError):   # a saved arch this version no longer reads: not the same
+        return False
+
+
 def check_same_arch(saved_config: dict, config: PretrainConfig, checkpoint: Path) -> None:
     """Resuming with another architecture or scaling would load the weights into a different model
     (same shapes, other alpha, cycles, ...) and mix two models in one run's log: refuse, naming
@@ -199,6 +209,9 @@ def check_same_arch(saved_config: dict, config: PretrainConfig, checkpoint: Path
     now = _flatten(config.arch.model_dump(mode="json", by_alias=True), "arch.")
     changed = sorted(k for k in saved.keys() | now.keys()
                      if k.removeprefix("arch.") not in RESUMABLE_ARCH_CHANGES and saved.get(k) != now.get(k))
+    if changed and all(k.startswith("arch.scaling.") for k in changed) and \
+            same_scaling(saved_config["arch"], config.arch):
+        changed = []   # written otherwise, the same constants: deeploop with p=0.5 spelled out, say
     if changed:
         shown = ", ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {now.get(k)!r} now" for k in changed)
         # pretrain.py takes what the command line does not give from the checkpoint; a preset named

@@ -967,6 +967,15 @@ def test_resuming_with_another_architecture_is_refused_naming_the_fields(small_b
     renamed = {**MICRO_ARCH, "name": "micro-again"}                      # a label only: fine
     assert Trainer(micro_config(small_build, tmp_path / "run", arch=renamed, max_steps=2, resume="latest"), CPU,
                    progress=False).step == 1
+    # deeploop's own exponent spelled out (a sweep's p=0.5 job resumed with arch=<preset>): the same model
+    spelled = {**MICRO_ARCH, "scaling": {"rule": "deeploop", "p": 0.5}}
+    assert Trainer(micro_config(small_build, tmp_path / "run", arch=spelled, max_steps=2, resume="latest"), CPU,
+                   progress=False).step == 1
+    with pytest.raises(ValueError, match=r"arch.scaling.p: None in the checkpoint, 0.45 now, arch.scaling.rule: "
+                                         r"'deeploop' in the checkpoint, 'custom' now"):   # another alpha: refused
+        Trainer(micro_config(small_build, tmp_path / "run", arch={**MICRO_ARCH, "scaling": {"rule": "deeploop",
+                                                                                          "p": 0.45}},
+                             max_steps=2, resume="latest"), CPU, progress=False)
 
 
 def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(small_build, tmp_path, monkeypatch):
