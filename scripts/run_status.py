@@ -187,7 +187,10 @@ def recorded_build(run_dir: Path) -> tuple[list[Path], str]:
     if not isinstance(recorded, str) or not recorded:
         raise RunStatusError(f"{run_dir}: no data_path in {config_file}; pass --data BUILD")
     repo = Path(__file__).resolve().parents[1]
-    return [Path(recorded), repo / recorded], f"data_path in {config_file}"
+    # a relative one is relative to where training ran: the folder above checkpoints/<project>/<run>
+    # in the default layout, wherever this is run from
+    started_in = run_dir.resolve().parents[2] if len(run_dir.resolve().parents) > 2 else repo
+    return [Path(recorded), repo / recorded, started_in / recorded], f"data_path in {config_file}"
 
 
 def first_build(candidates: list[Path]) -> Path | None:

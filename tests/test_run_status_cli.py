@@ -100,6 +100,18 @@ def test_a_build_moved_since_training_suggests_data(small_build, tmp_path, capsy
     assert capsys.readouterr().err.endswith("(from --data): not a build (no train/dataset.json)\n")
 
 
+def test_a_relative_data_path_is_found_from_another_folder(small_build, tmp_path, monkeypatch, capsys):
+    """Trained from PROJECT with data_path=data/b (as typed), the run in PROJECT/checkpoints/p/r:
+    run_status.py run from elsewhere finds the build where training ran."""
+    import shutil
+    project = tmp_path / "project"
+    shutil.copytree(small_build, project / "data" / "b")
+    run = write_run(project / "checkpoints" / "p" / "r", [9.0] * 3, "data/b")
+    monkeypatch.chdir(tmp_path)
+    assert main([str(run)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.startswith(f"{run}: too-short  steps 3  final loss 9.0000")
+
+
 def test_a_run_with_fewer_steps_than_the_window_is_too_short_to_tell_not_stuck(small_build, tmp_path, capsys):
     """Four steps at the floor: every run starts there, so it is no sign of being stuck (a run read
     while it trains); the same steps averaged over a window they fill are."""
