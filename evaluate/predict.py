@@ -78,10 +78,12 @@ def parse_args(argv: list[str]) -> dict:
         check_device(args["device"])
     except (ValueError, RuntimeError) as e:
         raise PredictError(str(e)) from None
+    given = "batch_size" in args
     args.setdefault("batch_size", default_batch_size(args["device"]))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if args["batch_size"] % world_size:
-        raise PredictError(f"batch_size={args['batch_size']} is not divisible by the world size {world_size}")
+        raise PredictError(f"{'' if given else 'the default '}batch_size={args['batch_size']} is not divisible by "
+                           f"the world size {world_size}" + ("" if given else "; pass batch_size=N, a multiple of it"))
     if "output_dir" in args:   # here, not when the predictions are written: that is after every batch
         check_output_folder(Path(args["output_dir"]), "output_dir")
     return args
