@@ -356,7 +356,8 @@ class Trainer:
         self.carry = None
         self.evaluated_iterations = 0   # reader iterations whose evaluation has run
         self.final_evaluation_pending = False   # stopped by SIGTERM on the last step, before its evaluation
-        self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0)
+        self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0; False:
+                                        # voting cannot read the build)
         if cfg.resume:
             return self._resume()
         self._check_fresh_folder()
@@ -596,11 +597,15 @@ class Trainer:
         fatal to the run."""
         from evaluate.build_reader import load_test_split
         from evaluate.errors import EvaluationInputError
-        try:
-            if self._vote_split is None:
+        if self._vote_split is None:
+            try:
                 self._vote_split = load_test_split(Path(self.config.data_path))
-            if not self._vote_split.tasks:
-                return {}
+            except EvaluationInputError as e:   # the build: said once, not re-read at every evaluation
+                print(f"warning: no pass@K in this run: voting cannot read the build: {e}", flush=True)
+                self._vote_split = False
+        if not self._vote_split or not self._vote_split.tasks:
+            return {}
+        try:
             return score_predictions(folder, self._vote_split, self.config.eval_pass_k)
         except EvaluationInputError as e:
             print(f"warning: no pass@K for {folder}: {e}", flush=True)

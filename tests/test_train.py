@@ -1681,6 +1681,26 @@ def test_evaluation_logs_pass_at_k_as_vote_py_scores_the_predictions(small_build
         assert evals[1][f"eval/pair_pass@{k}"] == voted[k]["pair"]
 
 
+def test_a_build_voting_cannot_read_is_said_once_not_at_every_evaluation(tmp_path, monkeypatch, capsys):
+    """pass@K needs the build's test tasks; a build voting cannot read (not ARC's layout) was read
+    again, and warned about, at every evaluation of the run."""
+    from types import SimpleNamespace
+
+    import evaluate.build_reader
+    from evaluate.errors import EvaluationInputError
+    reads = []
+
+    def unreadable(path):
+        reads.append(path)
+        raise EvaluationInputError(f"{path}: not ARC tasks")
+    monkeypatch.setattr(evaluate.build_reader, "load_test_split", unreadable)
+    trainer = SimpleNamespace(_vote_split=None, config=SimpleNamespace(data_path=str(tmp_path), eval_pass_k=[1]))
+    for step in (1, 2, 3):
+        assert Trainer.pass_at_k(trainer, tmp_path / f"step_{step}") == {}
+    assert len(reads) == 1
+    assert capsys.readouterr().out == f"warning: no pass@K in this run: voting cannot read the build: {tmp_path}: not ARC tasks\n"
+
+
 def test_run_names_of_a_sweep_job(small_build, tmp_path):
     from hrm.train import run_names
     cfg = micro_config(small_build, tmp_path / "fixed")
