@@ -96,8 +96,8 @@ def _evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool, progre
     if sums is not None:
         totals = all_reduce_sum_(sums, info).tolist()
         named = dict(zip(keys, totals))
-        count = max(named.pop("count"), 1.0)
-        result = {k: v / count for k, v in named.items()}
+        count = named.pop("count")
+        result = {k: v / max(count, 1.0) for k, v in named.items()}   # no labelled row: sums of 0, not 0/0
         result["count"] = count
     arrays = {k: np.concatenate(v) if v else _EMPTY[k] for k, v in parts.items()} if keep_predictions else None
     return result, arrays

@@ -206,6 +206,8 @@ def test_skipping_padding_rows_keeps_every_metric_of_running_them_all():
     assert abs(real_only / 5 - expected["q_halt_loss"]) > 0.1 * expected["q_halt_loss"]
     for k, v in expected.items():
         assert metrics[k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
+    blank_only, _ = evaluate(head, batches[2:], DistInfo(0, 1, 0, torch.device("cpu")))
+    assert blank_only["count"] == 0 and blank_only["accuracy"] == 0.0   # no labelled row: counted 0, not 1
 
 
 # ------------------------------------------------------------------------------ refused inputs
