@@ -124,8 +124,27 @@ class ScalingConfig(BaseModel):
         self.rule = _rule_with_exponent(self.rule, self.p)
         _check_rule_and_p(self.rule, self.p, "scaling.")
         rules = {name: self.for_module(name)["rule"] for name in ("H", "L")}  # raises naming the module
+        self._check_p_is_read(rules)
         self._check_settings_are_read(rules)
         return self
+
+    def _check_p_is_read(self, rules: dict) -> None:
+        """A top-level p that neither module reads (each sets its own p, or names a rule of its own:
+        `arch.scaling.p=0.3 arch.scaling.H.p=0.4 arch.scaling.L.p=0.4`) would be ignored without a
+        word, as c is when both modules set theirs: refuse it. A module reads it as for_module does:
+        no p of its own and the top-level rule."""
+        if self.p is None:
+            return
+        why = []
+        for module in ("H", "L"):
+            override: ModuleScalingOverride = getattr(self, module)
+            if override.p is not None:
+                why.append(f"scaling.{module}.p={override.p:g} replaces it")
+            elif override.rule not in (None, self.rule):
+                why.append(f"module {module} uses {rules[module]}")
+            else:
+                return
+        raise ValueError(f"scaling.p={self.p:g} has no effect: {', '.join(why)}")
 
     def _check_settings_are_read(self, rules: dict) -> None:
         """A c, d or lambda that no module's rule reads (`arch.scaling.lambda=2` with deeploop,

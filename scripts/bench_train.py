@@ -36,8 +36,8 @@ H200_BF16_DENSE_TFLOPS = 989.0  # vendor peak, dense bf16
 
 
 def arch_preset(name: str) -> dict:
-    import yaml
-    return yaml.safe_load((ROOT / "configs" / "arch" / f"{name}.yaml").read_text())
+    from omegaconf import OmegaConf   # not plain YAML: a preset's puzzle_emb_ndim is ${.hidden_size}
+    return OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "arch" / f"{name}.yaml"), resolve=True)
 
 
 def small_build(folder: Path) -> Path:

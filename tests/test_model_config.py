@@ -7,7 +7,6 @@ import typing
 
 import pytest
 import torch
-import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from pydantic import ValidationError
@@ -26,15 +25,28 @@ def compose_arch(name, overrides=()):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_presets_mirror_arch_config_field_for_field(name):
-    with open(os.path.join(ARCH_DIR, f"{name}.yaml")) as f:
-        raw = yaml.safe_load(f)
+    raw = OmegaConf.to_container(OmegaConf.load(os.path.join(ARCH_DIR, f"{name}.yaml")), resolve=True)
     assert set(raw) == set(ArchConfig.model_fields)
     assert set(raw["scaling"]) == {"rule", "p", "c", "d", "depth_count", "lambda", "H", "L"}
     for module in ("H", "L"):
         assert set(raw["scaling"][module]) == {"rule", "p", "c", "d", "depth_count", "lambda"}
     arch = compose_arch(name)
     assert arch.name == name
-    assert ArchConfig(**raw) == arch  # plain YAML and Hydra agree
+    assert ArchConfig(**raw) == arch  # the file alone and Hydra agree
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_puzzle_emb_ndim_follows_hidden_size_as_published(name):
+    """HRM's hrm_v1.yaml says `puzzle_emb_ndim: ${.hidden_size}`: `arch.hidden_size=256` keeps one
+    puzzle token. A fixed 512 gave ceil(512/256) = 2 tokens (and hidden 1024 one token half zeros)."""
+    with initialize_config_dir(config_dir=os.path.dirname(ARCH_DIR), version_base=None):
+        cfg = compose(config_name="cfg_pretrain", overrides=[f"arch={name}", "arch.hidden_size=256"])
+    arch = ArchConfig(**OmegaConf.to_container(cfg.arch, resolve=True))
+    assert (arch.puzzle_emb_ndim, arch.puzzle_tokens) == (256, 1)
+    # a number given for it still wins, in either order
+    for overrides in (["puzzle_emb_ndim=0", "hidden_size=128"], ["hidden_size=128", "puzzle_emb_ndim=0"]):
+        arch = compose_arch(name, overrides)
+        assert (arch.hidden_size, arch.puzzle_emb_ndim, arch.puzzle_tokens) == (128, 0, 0)
 
 
 def test_preset_values():
@@ -103,6 +115,11 @@ def test_hydra_override_of_one_module_exponent():
     (dict(scaling=dict(rule="deeploop", L={"lambda": 3})), "scaling.L.lambda=3.0 has no effect: module L uses deeploop"),
     (dict(scaling=dict(rule="deeploop", c=3, H=dict(c=2), L=dict(c=5))), "scaling.c=3.0 has no effect: H and L set "
                                                                           "their own c"),
+    # a top-level p that both modules replace, with their own p or a rule of their own (it ran p=0.4)
+    (dict(scaling=dict(rule="deeploop", p=0.3, H=dict(p=0.4), L=dict(p=0.4))),
+     "scaling.p=0.3 has no effect: scaling.H.p=0.4 replaces it, scaling.L.p=0.4 replaces it"),
+    (dict(scaling=dict(rule="custom", p=0.3, H=dict(rule="deeploop"), L=dict(rule="deepnorm"))),
+     "scaling.p=0.3 has no effect: module H uses deeploop, module L uses deepnorm"),
 ])
 def test_validation_errors_name_the_field(kwargs, message):
     with pytest.raises(ValidationError, match=message):
@@ -135,6 +152,14 @@ def test_a_setting_read_by_one_module_is_accepted():
     s = ScalingConfig(**{"rule": "deeploop", "lambda": 2.0, "c": 3.0, "H": {"rule": "prenorm_1_over_n"}})
     assert s.for_module("H")["lambda_"] == 2.0 and s.for_module("L")["c"] == 3.0
     assert ScalingConfig(rule="none", c=3.0, H={"p": 0.3}).for_module("H")["c"] == 3.0   # H is custom
+
+
+def test_a_top_level_p_read_by_one_module_is_accepted():
+    """Only a p that no module reads is refused: here L reads it (H has its own)."""
+    scaling = ArchConfig(scaling=dict(rule="custom", p=0.3, H=dict(rule="deeploop"))).scaling
+    assert [scaling.for_module(m)["p"] for m in ("H", "L")] == [0.5, 0.3]
+    scaling = ArchConfig(scaling=dict(rule="deeploop", p=0.3, H=dict(p=0.4))).scaling
+    assert [scaling.for_module(m)["p"] for m in ("H", "L")] == [0.4, 0.3]
 
 
 def test_lambda_key_and_none_overrides():
