@@ -31,8 +31,8 @@ from arc_data.dataset import EvalBatches, TrainBatches, load_split
 from arc_data.manifest import build_identity
 from hrm.config import ArchConfig
 from hrm.diagnostics import visit_alignment
-from hrm.distributed import (DistInfo, agree_on_outcome, all_reduce_grads_, all_reduce_sum_, broadcast_module_,
-                             broadcast_object, switch_on)
+from hrm.distributed import (DistInfo, RefusedOnEveryRank, agree_on_outcome, all_reduce_grads_, all_reduce_sum_,
+                             broadcast_module_, broadcast_object, gather_objects, rank_span, switch_on)
 from hrm.evaluation import (EvaluationStopped, compiled_segment, evaluate, score_predictions, to_device,
                             write_predictions)
 from hrm.loss import ACTLossHead
@@ -133,6 +133,28 @@ def check_some_steps(config: PretrainConfig, train_split, total_steps: int) -> N
                          f"puzzle = {config.epochs_per_iteration * per_epoch * config.global_batch_size:.3g} examples, "
                          f"less than one global_batch_size={config.global_batch_size}, and an interval's incomplete "
                          f"last batch is dropped; raise eval_interval (or lower global_batch_size)")
+
+
+def build_fingerprint(identity: dict, train_split, test_split) -> dict:
+    """What every rank must agree on about the build it read: its identity (build_identity) and the
+    sizes and metadata of both splits (a build without manifest.json has no digest to tell)."""
+    return {**identity, **{split.directory.name: (split.num_groups, split.num_puzzles, split.num_examples,
+                                                  split.metadata.model_dump())
+                           for split in (train_split, test_split)}}
+
+
+def check_one_build(fingerprint: dict, data_path: str, info: DistInfo) -> None:
+    """Collective. Each rank reads data_path on its own machine, and the reader's global batch is
+    computed by every rank from its own copy: a node with a stale or other copy (another --seed:
+    same sizes, other puzzles) would silently train other rows, and its puzzle-embedding rows under
+    identifiers that name other puzzles there (or, with other sizes, hang in the first broadcast).
+    Every rank gathers every rank's fingerprint and raises the same refusal."""
+    fingerprints = gather_objects(fingerprint, info)
+    others = [rank for rank, theirs in enumerate(fingerprints) if theirs != fingerprints[0]]
+    if others:
+        raise RefusedOnEveryRank(f"data_path={data_path}: {rank_span(others)} read another build than rank 0 "
+                                 f"(identifiers.json, manifest digest or split sizes differ); with several nodes, "
+                                 f"every node needs the same build at that path")
 
 
 _sweep_stamp: str | None = None   # the time stamp shared by a sweep's default run names (see run_names)
@@ -276,6 +298,8 @@ class Trainer:
         self.sigterm_at_end = False    # one after the run's last step: its last evaluation's last batch, its save
         try:
             resumed_from = agree_on_outcome(self._prepare, info)
+            check_one_build(build_fingerprint(self.data_identity, self.train_split, self.test_split),
+                            cfg.data_path, info)
         except BaseException:   # refused (here or on another rank): the folder is left as it was found
             self.release_run_lock(cleanup=True)
             raise

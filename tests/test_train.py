@@ -1073,6 +1073,37 @@ def test_a_damaged_checkpoint_is_named_and_the_previous_one_suggested(small_buil
                    progress=False).step == 1
 
 
+@pytest.mark.parametrize("differs", ["identifiers_sha256", "train"])
+def test_ranks_that_read_other_builds_are_refused_before_anything_is_written(small_build, tmp_path, monkeypatch,
+                                                                           differs):
+    """Several nodes each read data_path from their own disk. Rank 1's copy is another build (other
+    puzzle names: another --seed, the same sizes; or other sizes): it would compute the same global
+    batch positions over other rows and train other puzzles' embedding rows under the same
+    identifiers, silently. Every rank refuses, naming the ranks that differ from rank 0, and the run
+    folder is left as it was (none)."""
+    import hrm.train as train
+    from hrm.distributed import RefusedOnEveryRank
+    gathered = []
+
+    def two_ranks(fingerprint, info):   # rank 0's (this process's) and rank 1's, as gathered
+        gathered.append(fingerprint)
+        other = dict(fingerprint, **{differs: "0" * 64 if differs == "identifiers_sha256" else (1, 2, 3, {})})
+        return [fingerprint, other]
+    monkeypatch.setattr(train, "gather_objects", two_ranks, raising=False)
+    run = tmp_path / "run"
+    with pytest.raises(RefusedOnEveryRank) as raised:
+        Trainer(micro_config(small_build, run), CPU, progress=False)
+    assert str(raised.value) == (f"data_path={small_build}: rank 1 read another build than rank 0 (identifiers.json, "
+                                 f"manifest digest or split sizes differ); with several nodes, every node needs the "
+                                 f"same build at that path")
+    assert not run.exists()
+    from arc_data.dataset import load_split
+    from arc_data.manifest import build_identity
+    split = load_split(small_build, "train")
+    assert gathered[0] == {**build_identity(small_build), **gathered[0]} and \
+        gathered[0]["train"][:3] == (split.num_groups, split.num_puzzles, split.num_examples)
+
+
 def test_a_build_without_test_examples_is_warned_of(small_build, tmp_path, capsys):
     """A build from sources without an `evaluation` subset (ConceptARC's folders given as
     --source-dir) trains, but every evaluation would measure nothing: say so at the start."""
