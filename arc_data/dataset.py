@@ -113,6 +113,10 @@ def load_split(dataset_dir: str | Path, split: str) -> PuzzleSplit:
     if metadata.sets != [SET_NAME]:
         raise DatasetError(f"{directory / 'dataset.json'}: sets is {metadata.sets}, "
                            f"this reader reads builds with the single set [{SET_NAME!r}]")
+    if metadata.blank_identifier_id != 0:
+        # padding rows carry it; evaluation and the predictions contract know them by identifier 0
+        raise DatasetError(f"{directory / 'dataset.json'}: blank_identifier_id is {metadata.blank_identifier_id}, "
+                           f"this reader reads builds whose blank identifier is 0 (as every HRM builder writes)")
 
     def array(field: str, mmap: bool) -> tuple[Path, np.ndarray]:
         path = directory / f"{SET_NAME}__{field}.npy"

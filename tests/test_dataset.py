@@ -131,6 +131,8 @@ BAD_BUILDS = {
                              lambda d: corrupt(d, "puzzle_identifiers", np.int32([3, 2, 4]))),
     "blank identifier": ("all__puzzle_identifiers.npy",
                          lambda d: corrupt(d, "puzzle_identifiers", np.int32([3, 0, 1]))),
+    # padding rows would carry 4, and evaluation trims rows by identifier 0: real rows lost or kept wrong
+    "blank identifier not 0": ("dataset.json", lambda d: edit_metadata(d, blank_identifier_id=4)),
 }
 
 
