@@ -180,8 +180,8 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
             raise PredictError(f"{path}: not one of our checkpoints, and no all_config.yaml beside it for an "
                                f"original HRM checkpoint")
         try:    # read here even with data_path given: load_original_checkpoint would fail on it unnamed
-            config = yaml.safe_load(config_file.read_text())
-        except yaml.YAMLError as e:
+            config = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as e:   # bytes that are not text: not YAML either
             raise PredictError(f"{config_file}: not valid YAML ({str(e).splitlines()[0]})") from None
         if not isinstance(config, dict):
             raise PredictError(f"{config_file}: not an HRM training config (expected a YAML mapping)")

@@ -12,8 +12,10 @@ Original HRM checkpoints (sapientinc/HRM, ``pretrain.py``): a raw state dict of 
 keys like ``model.inner.H_level.layers.0.self_attn.qkv_proj.weight``, ``model.inner.puzzle_emb
 .weights``, ``model.inner.H_init``, optionally prefixed by ``_orig_mod.`` (torch.compile), with
 ``all_config.yaml`` (the whole training config) in the same folder. The arch section maps to our
-ArchConfig field for field; vocab size and puzzle count come from the weights; seq_len from the
-learned position table if any, else from ``<data_path>/train/dataset.json``, else the caller.
+ArchConfig field for field (a field it leaves out takes the original's default, puzzle_emb_ndim 0;
+one the original requires is refused when missing); vocab size and puzzle count come from the
+weights; seq_len from the learned position table if any, else from
+``<data_path>/train/dataset.json``, else the caller.
 
 Public API
 ----------
@@ -33,6 +35,7 @@ import os
 
 import torch
 import yaml
+from pydantic import ValidationError
 
 from hrm.config import ArchConfig
 from hrm.model import HRM
@@ -139,6 +142,11 @@ _ORIGINAL_PREFIX = "model.inner."
 _ORIGINAL_LOSS_NAMES = {"stablemax_cross_entropy": "stablemax", "softmax_cross_entropy": "softmax"}
 # Arch keys of the original config that are not architecture (or that we take from elsewhere).
 _ORIGINAL_NON_ARCH = {"name", "loss"}
+# Fields of the original's model config without a default there: every run's all_config.yaml holds
+# them. One missing (a hand-made or damaged file) would otherwise run with our default, and the
+# cycles and halting steps show nowhere in the weights: a wrong model without a word.
+_ORIGINAL_REQUIRED = ("H_cycles", "L_cycles", "H_layers", "L_layers", "hidden_size", "expansion",
+                      "num_heads", "pos_encodings", "halt_max_steps", "halt_exploration_prob")
 
 
 def original_key_map(arch: ArchConfig) -> dict[str, str]:
@@ -167,12 +175,21 @@ def original_key_map(arch: ArchConfig) -> dict[str, str]:
 
 
 def arch_from_original_config(config: dict) -> ArchConfig:
-    """ArchConfig from an original ``all_config.yaml`` (whole file, or just its ``arch`` section)."""
-    arch = dict(config.get("arch", config))
+    """ArchConfig from an original ``all_config.yaml`` (whole file, or just its ``arch`` section).
+    A field the file leaves out takes the original's default, not ours (puzzle_emb_ndim: 0)."""
+    if not isinstance(config, dict):
+        raise CheckpointError(f"not an HRM training config: a YAML mapping was expected, not "
+                              f"{type(config).__name__}")
+    arch = config.get("arch", config)
+    if not isinstance(arch, dict):
+        raise CheckpointError(f"arch is not a mapping of the model's settings: {arch!r:.80}")
+    arch = dict(arch)
     name = arch.get("name", "")
-    if "hrm_act_v1" not in name:
+    if not isinstance(name, str) or "hrm_act_v1" not in name:
         raise CheckpointError(f"arch.name={name!r} is not the original HRM (hrm.hrm_act_v1@...)")
     loss = arch.get("loss") or {}
+    if not isinstance(loss, dict):
+        raise CheckpointError(f"arch.loss is not a mapping (name, loss_type): {loss!r:.80}")
     loss_type = loss.get("loss_type", "softmax_cross_entropy")
     if loss_type not in _ORIGINAL_LOSS_NAMES:
         raise CheckpointError(f"arch.loss.loss_type={loss_type!r} is not one of {sorted(_ORIGINAL_LOSS_NAMES)}")
@@ -180,9 +197,18 @@ def arch_from_original_config(config: dict) -> ArchConfig:
     unknown = sorted(set(fields) - set(ArchConfig.model_fields))
     if unknown:
         raise CheckpointError(f"original arch config has keys this model does not know: {unknown}")
+    missing = [k for k in _ORIGINAL_REQUIRED if k not in fields]
+    if missing:
+        raise CheckpointError(f"arch lacks {missing}: the original code has no default for them "
+                              f"(every all_config.yaml it writes holds them)")
     fields.update(name="hrm_v1", loss_type=_ORIGINAL_LOSS_NAMES[loss_type])
     fields.setdefault("forward_dtype", "auto")  # the original ran bfloat16 on GPU: auto does too
-    return ArchConfig(**fields)
+    fields.setdefault("puzzle_emb_ndim", 0)     # the original's default (ours is 512)
+    try:
+        return ArchConfig(**fields)
+    except ValidationError as e:   # pydantic's message runs to many lines: one line per field here
+        raise CheckpointError("; ".join(f"arch.{'.'.join(map(str, err['loc'])) or '*'}: {err['msg']}"
+                                        for err in e.errors())) from None
 
 
 def _original_seq_len(config: dict, state: dict, arch: ArchConfig) -> int | None:
@@ -211,9 +237,15 @@ def load_original_checkpoint(path: str, config_path: str | None = None, seq_len:
                              map_location="cpu", verbose: bool = False, raw: dict | None = None) -> HRM:
     """`raw`: the state dict when the caller has already read the file (a full puzzle table is GBs)."""
     config_path = config_path or os.path.join(os.path.dirname(path), "all_config.yaml")
-    with open(config_path) as f:
-        config = yaml.safe_load(f)
-    arch = arch_from_original_config(config)
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            config = yaml.safe_load(f)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{config_path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    try:
+        arch = arch_from_original_config(config)
+    except CheckpointError as e:     # name the file: the message alone does not say which
+        raise CheckpointError(f"{config_path}: {e}") from None
 
     if raw is None:
         raw = torch.load(path, map_location="cpu", weights_only=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 
 import pytest
 import torch
@@ -195,6 +196,66 @@ def test_original_config_mapping():
     bad["arch"]["name"] = "some.other@Model"
     with pytest.raises(CheckpointError, match="not the original HRM"):
         arch_from_original_config(bad)
+
+
+def edit_config(path, change):
+    """Rewrite the all_config.yaml beside original checkpoint `path` with change(config)."""
+    config_file = os.path.join(os.path.dirname(path), "all_config.yaml")
+    with open(config_file) as f:
+        config = yaml.safe_load(f)
+    change(config)
+    with open(config_file, "w") as f:
+        yaml.dump(config, f)
+    return config_file
+
+
+def test_original_config_without_puzzle_emb_ndim_means_no_puzzle_embedding(tmp_path):
+    """The original's model config defaults puzzle_emb_ndim to 0 (ours to 512): a run that left it
+    out has no puzzle table, and its checkpoint loads and computes as the original's."""
+    cfg = dict(CFG, puzzle_emb_ndim=0)
+    sd = random_original_weights(cfg, VOCAB, SEQ, IDS, seed=5)
+    path = write_original(tmp_path, cfg, sd)
+    edit_config(path, lambda c: c["arch"].pop("puzzle_emb_ndim"))
+    model = load_original_checkpoint(path).eval()
+    assert model.arch.puzzle_emb_ndim == 0 and model.puzzle_tokens == 0
+    batch = make_batch(6)
+    carry, ref_carry = model.initial_carry(batch), ref_initial_carry(batch, cfg)
+    with torch.no_grad():
+        carry, out = model(carry, batch)
+        ref_carry, ref_out = ref_act_step(sd, cfg, ref_carry, batch, training=False)
+    close(out["logits"], ref_out["logits"])
+    close(out["q_halt_logits"], ref_out["q_halt_logits"])
+
+
+def test_original_config_without_a_field_the_original_requires_is_refused(tmp_path):
+    """halt_max_steps (like the cycles) shows nowhere in the weights: without it in the file, our
+    default (16, the run's was 3) gave another model without a word."""
+    path = write_original(tmp_path, CFG, random_original_weights(CFG, VOCAB, SEQ, IDS, seed=5))
+    config_file = edit_config(path, lambda c: c["arch"].pop("halt_max_steps"))
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(config_file)}: arch lacks \['halt_max_steps'\]"):
+        load_original_checkpoint(path)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "not an HRM training config: a YAML mapping was expected, not NoneType"),
+    (b"arch: hrm_v1\n", "arch is not a mapping"),
+    (b"arch: {name: hrm.hrm_act_v1@HierarchicalReasoningModel_ACTV1, loss: stablemax_cross_entropy}\n",
+     "arch.loss is not a mapping"),
+    (None, "arch.hidden_size: Input should be a valid integer"),    # a field of the wrong type
+    (b"\x80\x02 not text", "not valid YAML"),
+])
+def test_a_damaged_original_config_is_named_in_one_line(content, message, tmp_path):
+    path = write_original(tmp_path, CFG, random_original_weights(CFG, VOCAB, SEQ, IDS, seed=5))
+    config_file = os.path.join(os.path.dirname(path), "all_config.yaml")
+    if content is None:
+        edit_config(path, lambda c: c["arch"].update(hidden_size="wide"))
+    else:
+        with open(config_file, "wb") as f:
+            f.write(content)
+    with pytest.raises(CheckpointError) as caught:
+        load_original_checkpoint(path)
+    text = str(caught.value)
+    assert text.startswith(f"{config_file}: ") and message in text and "\n" not in text, text
 
 
 # ---------------------------------------------------------------------------------- our format

@@ -270,12 +270,18 @@ def test_a_corrupt_trainer_state_beside_our_checkpoint_is_named(tmp_path, capsys
     assert f"{tmp_path / 'step_2' / 'trainer.pt'} is not a checkpoint" in one_line_error(capsys)
 
 
-@pytest.mark.parametrize("text", ["arch: [unclosed\n", "just a line\n"])
-def test_a_broken_all_config_beside_an_original_checkpoint_is_named(text, small_build, tmp_path, capsys):
+@pytest.mark.parametrize("text, said", [
+    ("arch: [unclosed\n", "not valid YAML"), ("just a line\n", "not an HRM training config"),
+    (b"\x80\x02 not text", "not valid YAML"),     # was the codec's message, naming no file
+    # was a traceback (AttributeError)
+    ("arch: {name: hrm.hrm_act_v1@X, loss: softmax_cross_entropy}\n", "arch.loss is not a mapping"),
+])
+def test_a_broken_all_config_beside_an_original_checkpoint_is_named(text, said, small_build, tmp_path, capsys):
     checkpoint = write_original_run(small_build, tmp_path / "orig")
-    (tmp_path / "orig" / "all_config.yaml").write_text(text)
+    config_file = tmp_path / "orig" / "all_config.yaml"
+    config_file.write_bytes(text) if isinstance(text, bytes) else config_file.write_text(text)
     assert predict.main([f"checkpoint={checkpoint}", f"data_path={small_build}"]) == 2
-    assert f"{tmp_path / 'orig' / 'all_config.yaml'}: not " in one_line_error(capsys)
+    assert f"{config_file}: {said}" in one_line_error(capsys)
 
 
 def test_a_relative_data_path_of_training_is_found_from_another_directory(small_build, tmp_path, monkeypatch):
