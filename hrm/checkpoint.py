@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import torch
 import yaml
@@ -39,6 +40,7 @@ from pydantic import ValidationError
 
 from hrm.config import ArchConfig
 from hrm.model import HRM
+from hrm.scaling import describe_scaling
 
 FORMAT = "hrm-deeploop/model-v1"
 
@@ -134,6 +136,16 @@ def load_model(path: str, map_location="cpu", verbose: bool = False, payload: di
     arch = ArchConfig(**payload["arch"])
     model = HRM(arch, verbose=verbose, **payload["dims"])
     load_state_strict(model, payload["state"])
+    saved = payload.get("scaling")
+    if saved is not None and saved != model.scaling:
+        # alpha multiplies every skip path: the same weights under other constants are another
+        # model. Only a change of the derivation between versions of this code does it; said, not
+        # refused, so that the checkpoint can still be examined
+        changed = sorted(f"{module}.{key}" for module in model.scaling for key in model.scaling[module]
+                         if saved.get(module, {}).get(key) != model.scaling[module][key])
+        print(f"warning: {path} was saved with other residual scaling than this code derives from its "
+              f"arch ({', '.join(changed)}): it runs with this code's {describe_scaling(model.scaling)}",
+              file=sys.stderr, flush=True)
     return model.to(map_location), payload.get("extra", {})
 
 

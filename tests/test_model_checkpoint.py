@@ -284,6 +284,23 @@ def test_save_load_roundtrip_is_exact(tmp_path):
     assert payload["scaling"]["H"]["alpha"] == model.scaling["H"]["alpha"]
 
 
+def test_a_checkpoint_saved_with_other_scaling_than_this_code_derives_is_said(tmp_path, capsys):
+    """The saved constants are what the weights were trained under; a derivation changed between
+    versions of this code would run them under others without a word."""
+    model = HRM(tiny_arch(), VOCAB, SEQ, IDS, verbose=False)
+    path = str(tmp_path / "model.pt")
+    save_model(path, model)
+    load_model(path)
+    assert capsys.readouterr().err == ""
+    payload = torch.load(path, weights_only=True)
+    payload["scaling"]["L"]["alpha"] = 3.0            # as an older derivation might have given
+    torch.save(payload, path)
+    loaded, _ = load_model(path)
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: {path} was saved with other residual scaling than this code derives from "
+                          f"its arch (L.alpha): it runs with this code's ") and loaded.scaling == model.scaling
+
+
 def test_strict_load_names_unknown_missing_and_mismatched_keys():
     model = HRM(tiny_arch(), VOCAB, SEQ, IDS, verbose=False)
     state = dict(model.state_dict())
