@@ -129,7 +129,7 @@ def is_our_format(payload) -> bool:
 def load_model(path: str, map_location="cpu", verbose: bool = False, payload: dict | None = None) -> tuple[HRM, dict]:
     """`payload`: the file's contents when the caller has already read them (no second read)."""
     if payload is None:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        payload = read_torch_file(path)     # a damaged file named in one line, not torch's traceback
     if not is_our_format(payload):
         raise CheckpointError(f"{path} is not a {FORMAT} checkpoint (for checkpoints of the original "
                               f"HRM code use load_original_checkpoint)")
@@ -260,7 +260,7 @@ def load_original_checkpoint(path: str, config_path: str | None = None, seq_len:
         raise CheckpointError(f"{config_path}: {e}") from None
 
     if raw is None:
-        raw = torch.load(path, map_location="cpu", weights_only=True)
+        raw = read_torch_file(path)
     state = {}
     for k, v in raw.items():
         key = k.removeprefix("_orig_mod.")

@@ -326,11 +326,12 @@ def test_loading_never_unpickles_code(tmp_path):
     path = tmp_path / "evil.pt"
     with open(path, "wb") as f:
         pickle.dump({"format": "hrm-deeploop/model-v1", "x": _Payload()}, f, protocol=2)
-    with pytest.raises(pickle.UnpicklingError):
+    refused = "torch cannot read it (UnpicklingError: Weights only load failed"   # weights_only: no code ran
+    with pytest.raises(CheckpointError, match=re.escape(refused)):
         load_model(str(path))
     os.replace(path, tmp_path / "step_1")
     (tmp_path / "all_config.yaml").write_text(yaml.dump(original_config(CFG)))
-    with pytest.raises(pickle.UnpicklingError):
+    with pytest.raises(CheckpointError, match=re.escape(refused)):
         load_original_checkpoint(str(tmp_path / "step_1"), seq_len=SEQ)
 
 
@@ -339,3 +340,18 @@ def test_not_our_format_is_refused(tmp_path):
     torch.save({"lm_head.weight": torch.zeros(1)}, path)
     with pytest.raises(CheckpointError, match="load_original_checkpoint"):
         load_model(str(path))
+
+
+def test_a_truncated_checkpoint_is_named_by_either_loader(tmp_path):
+    model = HRM(tiny_arch(), VOCAB, SEQ, IDS, verbose=False)
+    path = tmp_path / "model.pt"
+    save_model(str(path), model)
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(CheckpointError, match=f"{path} is not a checkpoint: torch cannot read it"):
+        load_model(str(path))
+    (tmp_path / "all_config.yaml").write_text(yaml.safe_dump({"arch": {
+        "name": "hrm.hrm_act_v1@HierarchicalReasoningModel_ACTV1", "H_cycles": 2, "L_cycles": 2, "H_layers": 1,
+        "L_layers": 1, "hidden_size": 32, "expansion": 2, "num_heads": 2, "pos_encodings": "rope",
+        "halt_max_steps": 2, "halt_exploration_prob": 0.1}}))
+    with pytest.raises(CheckpointError, match=f"{path} is not a checkpoint: torch cannot read it"):
+        load_original_checkpoint(str(path))
