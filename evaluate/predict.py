@@ -38,7 +38,7 @@ from hrm.distributed import check_device, init_distributed, shutdown, switch_on,
 from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.pretrain_config import let_the_speaker_finish, say_once_per_node  # noqa: E402
-from hrm.step_names import step_number  # noqa: E402
+from hrm.step_names import checkpoint_step, step_number, unrenamed_saves  # noqa: E402
 from hrm.train_checkpoint import (list_checkpoints, missing_step_hint, previous_checkpoint_hint,  # noqa: E402
                                   resolve_resume)
 
@@ -173,7 +173,12 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
             resolved = trainer.get("data_path_resolved") if isinstance(trainer, dict) else None
             if isinstance(resolved, str) and resolved and Path(resolved).is_dir():
                 data_path = resolved
-        out = path.parent.parent / "predictions" / path.parent.name
+        folder = path.parent.name
+        if path.parent in unrenamed_saves(path.parent.parent):
+            # step N's save left unrenamed (a run folder's latest, hrm.step_names): its predictions go
+            # where training's of step N go, not into a hidden folder named after the temporary one
+            folder = f"step_{checkpoint_step(path.parent)}"
+        out = path.parent.parent / "predictions" / folder
     else:  # the original code: a raw state dict, its config beside it
         config_file = path.parent / "all_config.yaml"
         if not config_file.is_file():

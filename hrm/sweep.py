@@ -26,7 +26,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hrm.pretrain_config import (PretrainConfig, exit_bad_config, explain_unknown_key, format_validation_error,
-                                 say_once_per_node)
+                                 numbers_as_text, say_once_per_node)
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 _BASIC_LAUNCHER_LOG = "hydra._internal.core_plugins.basic_launcher"   # its module's logger
@@ -179,7 +179,9 @@ def validated_config(compose, world_size: int = 1, known: DictConfig | None = No
         composed = compose()
         with open_dict(composed):
             composed.pop("hydra", None)     # Hydra's own settings: resolved only while it runs a job
-        values = OmegaConf.to_container(composed, resolve=True)
+        # as launch() reads them: `run_name=123` is the name typed (refused as not text otherwise, and
+        # a TypeError once joined to a path by a resumed job's settings)
+        values = numbers_as_text(OmegaConf.to_container(composed, resolve=True))
         config = PretrainConfig(**(settings(values) if settings is not None else values))
         config.check_world_size(world_size)
     except ValidationError as e:

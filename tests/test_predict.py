@@ -589,3 +589,17 @@ def test_under_torchrun_a_refusal_is_said_once(tmp_path):
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert run.returncode != 0
     assert run.stderr.count(f"predict.py: error: checkpoint {tmp_path / 'nowhere'}: no such file") == 1, run.stderr[-3000:]
+
+
+def test_a_save_left_unrenamed_predicts_into_its_steps_folder(small_build, tmp_path, capsys):
+    """A step saved again and killed between its renames leaves `.step_7.tmp` (complete) and
+    `.step_7.old`: the run folder's latest is that `.tmp`, which is step 7. Its predictions go to
+    predictions/step_7, where training's of step 7 go, not to a hidden predictions/.step_7.tmp."""
+    run = write_run_folder(small_build, tmp_path)
+    (run / "step_7").rename(run / ".step_7.tmp")
+    (run / ".step_7.old").mkdir()
+    assert predict.main([f"checkpoint={run}", "batch_size=16"]) == 0
+    assert f"checkpoint: {run / '.step_7.tmp'} (the latest of the run folder {run})" in capsys.readouterr().out
+    assert sorted(p.name for p in (run / "predictions").iterdir()) == ["step_7"]
+    info = json.loads((run / "predictions" / "step_7" / "info.json").read_text())
+    assert info["step"] == 7 and info["checkpoint"] == str(run / ".step_7.tmp")

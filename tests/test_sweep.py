@@ -174,3 +174,17 @@ def test_a_run_folder_a_sweep_named_in_command_line_order_is_still_found(monkeyp
     (tmp_path / "cp" / "arch.scaling.p=0.3,lr=0.001" / "step_9").mkdir(parents=True)     # the sorted one wins
     (tmp_path / "cp" / "arch.scaling.p=0.3,lr=0.001" / "step_9" / "trainer.pt").write_bytes(b"")
     assert sweep.sweep_tag(config) == "arch.scaling.p=0.3,lr=0.001"
+
+
+def test_the_sweep_check_reads_a_number_typed_as_a_name_as_launch_does(small_build):
+    """The check before a sweep's first job validates each job as launch() will: `-m run_name=123
+    lr=...` names its runs 123-..., not refused as 'run_name: Input should be a valid string' (the
+    sweep stopped, none of its jobs run); a float is refused with the way out, as launch() does."""
+    from hydra import compose, initialize_config_dir
+    from conftest import ROOT
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+        def job(*overrides):
+            return lambda: compose("cfg_pretrain", overrides=[f"data_path={small_build}", *overrides])
+        checked = sweep.validated_config(job("run_name=123", "project_name=2024"))
+        assert (checked.run_name, checked.project_name) == ("123", "2024")
+        assert "run_name=1000.0: Hydra read it as a number" in sweep.validated_config(job("run_name=1e3"))
