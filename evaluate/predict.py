@@ -40,7 +40,7 @@ from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.pretrain_config import let_the_speaker_finish, say_once_per_node  # noqa: E402
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves  # noqa: E402
 from hrm.train_checkpoint import (list_checkpoints, missing_step_hint, previous_checkpoint_hint,  # noqa: E402
-                                  resolve_resume)
+                                  resolve_resume, trained_data_path)
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
 SWITCH = {"auto": "auto", "true": True, "false": False}
@@ -163,16 +163,9 @@ def load_checkpoint_for_eval(checkpoint: str, data_path: str | None):
             raise PredictError(str(e)) from None
         trainer_file = path.parent / "trainer.pt"
         if data_path is None and trainer_file.is_file():
-            trainer = read_torch_file(trainer_file)
-            config = trainer.get("config") if isinstance(trainer, dict) else None
-            data_path = config.get("data_path") if isinstance(config, dict) else None   # else: asked for below
-            # the build trained on is its absolute form while it is there, as resuming takes it
-            # (hrm/resume_settings.py): data_path as typed is relative to where training ran, and
-            # from here it may name another build (refused, or for a checkpoint that records no
-            # build, a wrong evaluation) or none; as typed only when the absolute one is gone
-            resolved = trainer.get("data_path_resolved") if isinstance(trainer, dict) else None
-            if isinstance(resolved, str) and resolved and Path(resolved).is_dir():
-                data_path = resolved
+            # as resuming takes it (None: asked for below). As typed, it may name another build from
+            # here: refused, or for a checkpoint that records no build, a wrong evaluation
+            data_path = trained_data_path(read_torch_file(trainer_file))
         folder = path.parent.name
         if path.parent in unrenamed_saves(path.parent.parent):
             # step N's save left unrenamed (a run folder's latest, hrm.step_names): its predictions go

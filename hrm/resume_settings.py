@@ -143,7 +143,7 @@ def saved_config(checkpoint: Path) -> dict:
     validated in its place first, and a refusal would name them (`data_path: not a build`)."""
     import torch
     from hrm.checkpoint import CheckpointError, read_torch_file
-    from hrm.train_checkpoint import FORMAT, previous_checkpoint_hint
+    from hrm.train_checkpoint import FORMAT, previous_checkpoint_hint, trained_data_path
     path = checkpoint / "trainer.pt"
     try:
         trainer = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -151,13 +151,7 @@ def saved_config(checkpoint: Path) -> dict:
         trainer = read_torch_file(path, previous_checkpoint_hint(checkpoint))
     if not isinstance(trainer, dict) or trainer.get("format") != FORMAT or not isinstance(trainer.get("config"), dict):
         raise CheckpointError(f"{path}: not a {FORMAT} checkpoint")
-    config = dict(trainer["config"])
-    # the build trained on, wherever this runs from: data_path as typed is relative to where the
-    # run started, and from here may name another build or none
-    resolved = trainer.get("data_path_resolved")
-    if resolved and (Path(resolved) / "train" / "dataset.json").is_file():
-        config["data_path"] = resolved
-    return config
+    return {**trainer["config"], "data_path": trained_data_path(trainer)}
 
 
 def resume_with_saved_settings(composed: dict, task_overrides: list[str], tag: str = "") -> tuple[dict, str | None]:

@@ -217,6 +217,18 @@ def check_run_folder_writable(run_dir: str | Path) -> None:
         raise unwritable_run_folder(run_dir, e) from None
 
 
+def trained_data_path(trainer: dict) -> str | None:
+    """The build a trainer.pt's run trained on, as this process finds it: its recorded absolute path
+    while a build is there (data_path as typed is relative to where the run started, and from
+    elsewhere may name another build, or none), else data_path as typed (None when not recorded)."""
+    config = trainer.get("config") if isinstance(trainer, dict) else None
+    typed = config.get("data_path") if isinstance(config, dict) else None
+    resolved = trainer.get("data_path_resolved") if isinstance(trainer, dict) else None
+    if isinstance(resolved, str) and resolved and (Path(resolved) / "train" / "dataset.json").is_file():
+        return resolved
+    return typed
+
+
 def same_name_elsewhere(run_dir: Path, shown: int = 3) -> str:
     """A hint for `resume=latest` that found nothing: runs of the same name in the other projects
     beside this one (checkpoints/<project>/<run>). The project defaults to `<data folder>-hrm`, so
