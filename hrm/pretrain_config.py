@@ -114,7 +114,8 @@ TEXT_FIELDS = ("data_path", "project_name", "run_name", "checkpoint_path", "resu
 def numbers_as_text(config: dict) -> dict:
     """The composed config with Hydra's numbers in text fields made text again: `run_name=123` comes
     as the integer 123, which is the name typed (and which joined to a path before validation was a
-    TypeError). A float is refused with the way out: `run_name=1e3` comes as 1000.0, not as typed."""
+    TypeError); in Hydra's integer form, so `1_000` and `+5` read 1000 and 5. A float is refused with
+    the way out: `run_name=1e3` comes as 1000.0, far from what was typed."""
     for dotted in TEXT_FIELDS:
         *parents, key = dotted.split(".")
         node = config
