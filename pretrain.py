@@ -60,10 +60,7 @@ def launch(hydra_config: DictConfig) -> None:
         # files' only because there was no checkpoint to take the run's own from
         problem = resume_path_problem(settings, tag)
         exit_bad_config(f"error: {problem}" if problem else format_validation_error(e))
-    try:    # here, said once, rather than by every rank's Trainer
-        config.check_world_size(int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError as e:
-        exit_bad_config(f"error: {e}")
+    refuse_what_every_rank_would(config)
     if note:
         say_once_per_node(note)
     if config.arch.name == OmegaConf.select(hydra_config, "arch.name"):   # not the checkpoint's
@@ -74,7 +71,7 @@ def launch(hydra_config: DictConfig) -> None:
 
     try:
         info = init_distributed(config.device)
-    except RuntimeError as e:   # device=cuda without CUDA, or this rank's GPU missing: every rank says
+    except RuntimeError as e:   # this rank's GPU missing (LOCAL_RANK beyond the visible ones): each such rank says
         print(f"pretrain.py: error: {e}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     finished, agreed, trainer = False, False, None
@@ -141,6 +138,18 @@ def launch(hydra_config: DictConfig) -> None:
         # talks to it aborts the peer, and a rank that exits early makes torchrun stop the rest.
         if not (is_multirun() and finished):
             shutdown(wait_for_peers=finished or agreed)
+
+
+def refuse_what_every_rank_would(config: PretrainConfig) -> None:
+    """Checks whose answer is the same on every rank of a machine (a batch the world size does not
+    divide, device=cuda without CUDA): here, said once per machine with exit 2, rather than by every
+    rank's Trainer or init_distributed."""
+    from hrm.distributed import check_device
+    try:
+        config.check_world_size(int(os.environ.get("WORLD_SIZE", "1")))
+        check_device(config.device)
+    except (ValueError, RuntimeError) as e:
+        exit_bad_config(f"error: {e}")
 
 
 def note_a_preset_named_otherwise(name: str) -> None:

@@ -249,7 +249,9 @@ def resolve_resume(resume: str, run_dir: str | Path | None, other_projects: bool
     same name in other projects (not with checkpoint_path, where project_name changes nothing)."""
     if resume == "latest":
         if run_dir is None:
-            raise ValueError("resume=latest needs the run's folder: set checkpoint_path (or project_name and run_name)")
+            # run_name alone names it: the project defaults to the build's ('<data folder>-hrm')
+            raise ValueError("resume=latest needs the run's folder: set run_name (and project_name when the run's "
+                             "project is not '<data folder>-hrm') or checkpoint_path")
         unrenamed = unrenamed_saves(run_dir)
         if unrenamed:   # the run's newest save, killed before it could rename itself and rewrite `latest`
             return unrenamed[-1]

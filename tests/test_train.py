@@ -444,6 +444,10 @@ def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
         resolve_resume(str(tmp_path / "nope"), None)
     with pytest.raises(FileNotFoundError, match="neither a checkpoint folder"):
         resolve_resume(str(run / "step_11"), None)
+    # without a run folder: run_name is enough (the project follows data_path), not project_name too
+    with pytest.raises(ValueError, match=r"needs the run's folder: set run_name \(and project_name when the run's "
+                                         r"project is not '<data folder>-hrm'\) or checkpoint_path"):
+        resolve_resume("latest", None)
 
 
 def test_a_missing_step_folder_names_the_run_and_its_last_checkpoints(tmp_path):
@@ -1623,6 +1627,30 @@ def test_a_silent_rank_outwaits_the_one_that_says_why(local_rank, world_size, mo
         assert said == "" and waits == [pretrain_config.SILENT_RANK_WAIT_S]
     else:
         assert said == "pretrain.py: error: lr must be >= 0\n" and waits == []
+
+
+@pytest.mark.parametrize("local_rank", ["0", "1"])
+def test_device_cuda_without_cuda_is_said_once_under_torchrun(local_rank, small_build, tmp_path, monkeypatch,
+                                                               capsys):
+    """device=cuda on a machine without CUDA is the same answer on every rank: LOCAL_RANK 0 says it
+    and the other ranks wait silently, as for any bad config (it was said once per rank)."""
+    import pretrain
+    from hrm import pretrain_config
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    waits = []
+    monkeypatch.setattr(pretrain_config.time, "sleep", waits.append)
+    with pytest.raises(SystemExit) as stopped:
+        pretrain.refuse_what_every_rank_would(micro_config(small_build, tmp_path / "run", device="cuda"))
+    assert stopped.value.code == 2
+    said = capsys.readouterr().err
+    if local_rank == "0":
+        assert said == ("pretrain.py: error: device=cuda but CUDA is not available on this machine "
+                        "(use device=cpu or device=auto)\n") and waits == []
+    else:
+        assert said == "" and waits == [pretrain_config.SILENT_RANK_WAIT_S]
+    pretrain.refuse_what_every_rank_would(micro_config(small_build, tmp_path / "run", device="cpu"))   # passes
 
 
 def test_a_sweep_checks_every_job_before_the_first_starts(small_build, tmp_path):
