@@ -108,6 +108,11 @@ def _shown(path: Path) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
+def _named_as_task(f: Path) -> bool:
+    """A task file's name: `.json`, not hidden (`.x.json`, macOS's `._x.json`)."""
+    return f.suffix == ".json" and not f.name.startswith(".")
+
+
 def _ordered(names, order: str) -> list:
     names = sorted(names)
     return names[::-1] if order == "reverse" else names
@@ -154,8 +159,8 @@ def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
     subdirs = [d.name for d in root_path.iterdir() if d.is_dir()]
     for subset in _ordered(subdirs, order):
         # a dangling symlink is kept so that reading it fails: skipping it would silently drop its task
-        files = [f.name for f in (root_path / subset).iterdir() if f.suffix == ".json" and not f.name.startswith(".")
-                 and (f.is_file() or (f.is_symlink() and not f.exists()))]
+        files = [f.name for f in (root_path / subset).iterdir()
+                 if _named_as_task(f) and (f.is_file() or (f.is_symlink() and not f.exists()))]
         tasks = []
         for fname in _ordered(files, order):
             fpath = root_path / subset / fname
@@ -176,7 +181,7 @@ def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
             source.subsets.append((subset, tasks))
     if not source.subsets:
         # a subset folder named itself (ARC-AGI-1/training): its tasks are right here, one level up
-        here = any(f.suffix == ".json" and not f.name.startswith(".") for f in root_path.iterdir())
+        here = any(_named_as_task(f) for f in root_path.iterdir())
         raise BuildInputError(f"{root}: no subfolder holds task .json files" +
                               (f" (the .json files directly in it are not read: a source folder holds subset "
                                f"folders, so name its parent, {root_path.resolve().parent})" if here else ""))

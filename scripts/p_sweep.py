@@ -181,9 +181,9 @@ def cell_row(cell: Cell, record: dict, run_dir: Path, floor: float, margin: floa
             "exit_code": record["exit_code"], "seconds": record["seconds"]}
 
 
-def finished_record(cell_dir: Path, signature: str, digest: str) -> dict | None:
-    """The cell's cell.json when this very command on this build wrote it (at the end of a run, or
-    of an attempt a SIGTERM stopped), else None; one that cannot be read is refused, naming it."""
+def cell_record(cell_dir: Path) -> dict | None:
+    """The cell's cell.json (written when a run, or an attempt a SIGTERM stopped, ends), None when
+    there is none; one that cannot be read is refused, naming it."""
     path = cell_dir / "cell.json"
     if not path.is_file():
         return None
@@ -193,7 +193,13 @@ def finished_record(cell_dir: Path, signature: str, digest: str) -> dict | None:
         raise ValueError(f"{path}: not a record of p_sweep.py ({e}); remove it to train the cell again") from None
     if not isinstance(record, dict):
         raise ValueError(f"{path}: not a record of p_sweep.py; remove it to train the cell again")
-    if record.get("signature") != signature or record.get("digest") != digest:
+    return record
+
+
+def finished_record(cell_dir: Path, signature: str, digest: str) -> dict | None:
+    """The cell's cell.json when this very command on this build wrote it, else None."""
+    record = cell_record(cell_dir)
+    if record is None or record.get("signature") != signature or record.get("digest") != digest:
         return None
     return record
 
@@ -220,13 +226,9 @@ def replaced_results(todo: list[Cell], args, build: Path, digest: str, work: Pat
     be hours of GPU time, so the sweep asks for --replace-changed first."""
     found = []
     for cell in todo:
-        path = work / cell.folder / "cell.json"
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if not isinstance(record, dict) or record.get("exit_code") not in (0, EXIT_DIVERGED):
-            continue     # an error or a SIGTERM's attempt: not a result
+        record = cell_record(work / cell.folder)
+        if record is None or record.get("exit_code") not in (0, EXIT_DIVERGED):
+            continue     # none, an error or a SIGTERM's attempt: not a result
         old = str(record.get("signature", "")).split()
         new = command_signature(train_command(cell, args, build, work / cell.folder / "run")).split()
         if old != new:
