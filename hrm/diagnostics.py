@@ -24,7 +24,8 @@ Public API
 ``sublayers(model) -> {name: module}``  "H.0.attn", "H.0.mlp", ..., "L.1.mlp"
 ``visit_alignment(loss_head, batch, carry=None, max_rows=None) -> {sublayer: {...}, "summary": {...}}``
     ``loss_head`` is the eager ``ACTLossHead`` (not a compiled or DDP wrapper); run it between
-    optimizer steps, every few hundred steps (it costs about one full-graph training step).
+    optimizer steps, every few hundred steps (it costs about one full-graph training step). The
+    summary (mean and min alignment, mean cosine) covers the sublayers visited at least twice.
 """
 from __future__ import annotations
 
@@ -136,8 +137,18 @@ def visit_alignment(loss_head, batch: dict, carry=None, max_rows: int | None = N
         if puzzle is not None:
             puzzle.batch_rows, puzzle.batch_ids, puzzle.lookups, puzzle.prepared = saved_rows
     report = {name: alignment(gs) for name, gs in contributions.items()}
-    values = [r["alignment"] for r in report.values()]
-    report["summary"] = {"mean_alignment": sum(values) / len(values),
-                         "min_alignment": min(values),
-                         "mean_cosine": sum(r["mean_cosine"] for r in report.values()) / len(values)}
+    report["summary"] = _summary(report)
     return report
+
+
+def _summary(report: dict) -> dict:
+    """Mean and min alignment, mean cosine, over the sublayers visited at least twice. A sublayer
+    visited once (H with H_cycles=1) has alignment 1 by definition and no pair to take a cosine of
+    (nan): counted, it would raise the means and turn the mean cosine into nan. nan when no
+    sublayer is visited twice: there is nothing to measure."""
+    looped = [r for r in report.values() if r["visits"] > 1]
+    if not looped:
+        return {"mean_alignment": float("nan"), "min_alignment": float("nan"), "mean_cosine": float("nan")}
+    values = [r["alignment"] for r in looped]
+    return {"mean_alignment": sum(values) / len(values), "min_alignment": min(values),
+            "mean_cosine": sum(r["mean_cosine"] for r in looped) / len(looped)}

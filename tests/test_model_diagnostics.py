@@ -112,3 +112,25 @@ def test_visit_alignment_report_leaves_training_state_alone():
         assert 0.0 <= r["alignment"] <= 1.0 + 1e-9 and -1.0 <= r["mean_cosine"] <= 1.0
     assert report["L.0.attn"]["visits"] == 6 and report["H.0.mlp"]["visits"] == 2
     assert set(report["summary"]) == {"mean_alignment", "min_alignment", "mean_cosine"}
+
+
+def test_summary_leaves_out_sublayers_visited_once():
+    """With H_cycles=1 the H sublayers are visited once: alignment 1 by definition, no cosine (nan).
+    The summary is over the looped L sublayers alone, and finite."""
+    def head(L_cycles):
+        torch.manual_seed(0)
+        arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_layers=1, L_layers=1, H_cycles=1,
+                          L_cycles=L_cycles, halt_max_steps=2, puzzle_emb_ndim=32, scaling=dict(rule="deeploop"))
+        return ACTLossHead(HRM(arch, 12, 6, 4, verbose=False).train())
+    report = visit_alignment(head(3), batch())
+    summary = report.pop("summary")
+    assert report["H.0.attn"]["visits"] == 1 and report["H.0.attn"]["alignment"] == 1.0
+    assert math.isnan(report["H.0.mlp"]["mean_cosine"])
+    looped = [report["L.0.attn"], report["L.0.mlp"]]
+    assert all(r["visits"] == 3 for r in looped)
+    assert summary["mean_alignment"] == pytest.approx(sum(r["alignment"] for r in looped) / 2)
+    assert summary["min_alignment"] == min(r["alignment"] for r in looped)
+    assert summary["mean_cosine"] == pytest.approx(sum(r["mean_cosine"] for r in looped) / 2)
+    # Nothing looped (one H and one L visit each): nothing to summarise.
+    summary = visit_alignment(head(1), batch())["summary"]
+    assert all(math.isnan(v) for v in summary.values())
