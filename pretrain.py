@@ -201,7 +201,8 @@ def check_overrides(argv: list[str]) -> None:
     `--config-name/-dir/-path`, `hydra.*` overrides): an unknown key (`arch.hidden_sz=3`), preset
     (`arch=hrm_big`), config name or a malformed override then exits with EXIT_BAD_CONFIG and
     Hydra's message naming it, like every other bad config (Hydra alone would exit 1, as for a
-    crash). A sweep's swept values are checked job by job later, by hrm.sweep.CheckEveryJob.
+    crash). A sweep's swept values are checked job by job later, by hrm.sweep.CheckEveryJob. A config
+    file of one's own that lacks cfg_pretrain's `hydra:` settings is refused (hydra_settings_lost).
     Hydra's commands that run nothing (--help, --cfg, --info, ...) are left to it."""
     from pathlib import Path
     from hydra._internal.hydra import Hydra
@@ -229,7 +230,19 @@ def check_overrides(argv: list[str]) -> None:
         config_name = args.config_name or "cfg_pretrain"
         check_preset_choices(hydra, args.overrides)
         mode = RunMode.MULTIRUN if args.multirun else hydra.get_mode(config_name, args.overrides) or RunMode.RUN
-        hydra.compose_config(config_name, args.overrides, run_mode=mode, with_log_configuration=False)
+        composed = hydra.compose_config(config_name, args.overrides, run_mode=mode, with_log_configuration=False)
+        lost = hydra_settings_lost(composed, hydra.compose_config(None, [], run_mode=mode, with_log_configuration=False),
+                                   args.overrides, mode)
+        if lost:
+            sweep = mode == RunMode.MULTIRUN
+            raise HydraException(
+                f"--config-name {config_name}: the config leaves {', '.join(lost)} as Hydra has them "
+                f"(configs/cfg_pretrain.yaml's `hydra:` section is not part of it), so Hydra would write "
+                f"{'multirun' if sweep else 'outputs'}/<date>/<time> folders (.hydra/ records, log files) into "
+                f"the current folder{', and check no job before the first one starts' if sweep else ''}. Begin "
+                f"the file with `defaults: [cfg_pretrain, _self_]` (`- override arch: <preset>` in that list "
+                f"picks a preset), or copy cfg_pretrain.yaml's hydra: section and its `override "
+                f"hydra/job_logging: stdout` line")
     except OverrideParseException as e:   # Hydra's message does not say which argument, nor how to quote it
         exit_bad_config(f"invalid config: {explain_unparsable_override(e.override, str(e))}")
     except (HydraException, OmegaConfBaseException) as e:
@@ -243,6 +256,31 @@ def check_overrides(argv: list[str]) -> None:
         exit_bad_config(f"invalid config: {message}")
     finally:
         GlobalHydra.instance().clear()
+
+
+# What configs/cfg_pretrain.yaml's `hydra:` section sets (dotted keys of the composed config; the
+# job_logging choice as Hydra records it) that a config of its own must keep: a single run's, a sweep's
+OUR_HYDRA_SETTINGS = {"RUN": ("hydra.run.dir", "hydra.output_subdir", "hydra/job_logging"),
+                      "MULTIRUN": ("hydra.sweep.dir", "hydra.sweep.subdir", "hydra.output_subdir", "hydra/job_logging",
+                                   "hydra.callbacks.check_every_job")}
+
+
+def hydra_settings_lost(composed, bare, overrides: list[str], mode) -> list[str]:
+    """The settings of OUR_HYDRA_SETTINGS (for `mode`, a hydra RunMode) that a config chosen with
+    --config-name leaves at Hydra's own values (`bare`: Hydra's config composed without one) and
+    the command line does not give: a file that does not start from cfg_pretrain has none of them."""
+    from omegaconf import OmegaConf
+
+    def value(config, key):     # as written: `${now:...}`, `${hydra.job.num}` unresolved
+        node = OmegaConf.to_container(config.hydra, resolve=False)
+        if "/" in key:
+            return node["runtime"]["choices"].get(key)
+        for part in key.split(".")[1:]:
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    return [key for key in OUR_HYDRA_SETTINGS[mode.name]
+            if key not in given and value(composed, key) == value(bare, key)]
 
 
 def check_preset_choices(hydra, overrides: list[str]) -> None:

@@ -215,7 +215,7 @@ def arch_from_original_config(config: dict) -> ArchConfig:
                               f"(every all_config.yaml it writes holds them)")
     fields.update(name="hrm_v1", loss_type=_ORIGINAL_LOSS_NAMES[loss_type])
     fields.setdefault("forward_dtype", "auto")  # the original ran bfloat16 on GPU: auto does too
-    fields.setdefault("puzzle_emb_ndim", 0)     # the original's default (ours is 512)
+    fields.setdefault("puzzle_emb_ndim", 0)     # the original's default (ours follows hidden_size)
     try:
         return ArchConfig(**fields)
     except ValidationError as e:   # pydantic's message runs to many lines: one line per field here

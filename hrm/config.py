@@ -18,7 +18,8 @@ Public API
                  naming its rule makes that module ``custom`` (unless p is its rule's own exponent).
 ``ModuleScalingOverride`` the same fields, all optional.
 ``ArchConfig``            one field per knob of the architecture; the YAML presets in configs/arch/
-                          mirror it field for field.
+                          mirror it field for field, and its defaults are hrm_v1.yaml's (puzzle_emb_ndim
+                          follows hidden_size there and here).
 ``resolve_forward_dtype(arch, device) -> torch.dtype``  "auto" = bfloat16 on CUDA, float32 elsewhere.
 
 Every model uses ``extra="forbid"``: an unknown key is an error that names it.
@@ -204,7 +205,10 @@ class ArchConfig(BaseModel):
     L_cycles: int = 2
     halt_max_steps: int = 16
     halt_exploration_prob: float = 0.1
-    puzzle_emb_ndim: int = 512
+    # None (the default, or `null`): hidden_size, as the presets' `${.hidden_size}` and HRM's own
+    # config say (one puzzle token of the model's width); a fixed 512 gave ArchConfig(hidden_size=64)
+    # eight puzzle tokens where the same arch from the YAML has one
+    puzzle_emb_ndim: Optional[int] = Field(default=None, validate_default=True)
     pos_encodings: Literal["rope", "learned"] = "rope"
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
@@ -226,7 +230,9 @@ class ArchConfig(BaseModel):
 
     @field_validator("puzzle_emb_ndim")
     @classmethod
-    def _non_negative(cls, v):
+    def _puzzle_emb_ndim(cls, v, info):
+        if v is None:   # hidden_size is validated first (field order); absent when it was refused
+            return info.data.get("hidden_size")
         if v < 0:
             raise ValueError("puzzle_emb_ndim must be >= 0")
         return v

@@ -27,16 +27,19 @@ class WandbConfig(BaseModel):
 class PretrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
+    # The fields without a default are the recipe's (configs/cfg_pretrain.yaml gives them): a
+    # config built in Python names them, rather than getting a value other than the YAML's
+    # (lr_warmup_steps defaulted to 0 here, 2000 there; eval_interval to null, 10000 there).
     arch: ArchConfig
     data_path: str
 
     global_batch_size: int = Field(gt=0)
     grad_accum_steps: int = Field(default=1, gt=0)
     epochs: int = Field(gt=0)
-    eval_interval: Optional[int] = Field(default=None, gt=0)
+    eval_interval: Optional[int] = Field(gt=0)   # null: evaluate only at the end
     lr: float = Field(ge=0)
     lr_min_ratio: float = Field(default=1.0, ge=0, le=1)
-    lr_warmup_steps: int = Field(default=0, ge=0)
+    lr_warmup_steps: int = Field(ge=0)
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.95, ge=0, lt=1)
     weight_decay: float = Field(default=0.1, ge=0)

@@ -191,13 +191,45 @@ def continued_in_place(config: dict, checkpoint: Path, tag: str = "") -> bool:
 
 
 def describe(changed: list[str], merged: dict, shown: int = 8) -> str:
-    """`key=value` for each changed setting; another arch preset's fields as the run's `arch=<name>`."""
+    """`key=value` for each changed setting. An arch of another name is said as its preset followed
+    by the fields where the run's arch differs from that preset (`arch=hrm_tiny arch.hidden_size=128`:
+    the name alone hid them), or field by field when no preset has its name; one item either way."""
     def value(key: str):
         node = merged
         for part in key.split("."):
             node = node[part]
         return node
-    if "arch.name" in changed:
-        changed = ["arch"] + [k for k in changed if not k.startswith("arch.")]
-    items = [f"arch={merged['arch']['name']}" if k == "arch" else f"{k}={value(k)}" for k in changed]
+    items = []
+    for key in changed:
+        if key == "arch.name":
+            preset = preset_values(merged["arch"]["name"])
+            if preset is None:
+                arch_keys = ["arch.name"] + [k for k in changed if k.startswith("arch.") and k != "arch.name"]
+            else:
+                arch_keys = [f"arch.{k}" for k in differences(preset, merged["arch"])]
+            said = [f"{k}={value(k)}" for k in arch_keys]
+            items.append(" ".join(said if preset is None else [f"arch={merged['arch']['name']}", *said]))
+        elif not (key.startswith("arch.") and "arch.name" in changed):
+            items.append(f"{key}={value(key)}")
     return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
+def preset_values(name: str) -> dict | None:
+    """The resolved fields of configs/arch/<name>.yaml, or None when no preset has that name."""
+    path = Path(__file__).resolve().parents[1] / "configs" / "arch" / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+def differences(before: dict, now: dict, prefix: str = "") -> list[str]:
+    """The dotted keys (under `prefix`) whose value in `now` is not the one in `before`."""
+    keys = []
+    for key, value in now.items():
+        old = before.get(key, _MISSING)
+        if isinstance(value, dict) and isinstance(old, dict):
+            keys += differences(old, value, f"{prefix}{key}.")
+        elif value != old:
+            keys.append(f"{prefix}{key}")
+    return keys

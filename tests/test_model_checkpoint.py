@@ -210,7 +210,7 @@ def edit_config(path, change):
 
 
 def test_original_config_without_puzzle_emb_ndim_means_no_puzzle_embedding(tmp_path):
-    """The original's model config defaults puzzle_emb_ndim to 0 (ours to 512): a run that left it
+    """The original's model config defaults puzzle_emb_ndim to 0 (ours to hidden_size): a run that left it
     out has no puzzle table, and its checkpoint loads and computes as the original's."""
     cfg = dict(CFG, puzzle_emb_ndim=0)
     sd = random_original_weights(cfg, VOCAB, SEQ, IDS, seed=5)

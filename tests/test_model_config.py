@@ -49,6 +49,21 @@ def test_puzzle_emb_ndim_follows_hidden_size_as_published(name):
         assert (arch.hidden_size, arch.puzzle_emb_ndim, arch.puzzle_tokens) == (128, 0, 0)
 
 
+def test_arch_config_defaults_are_hrm_v1_yaml():
+    """ArchConfig built in Python (tests, notebooks) is the hrm_v1 preset: puzzle_emb_ndim follows
+    hidden_size as the preset's `${.hidden_size}` does. A fixed default of 512 gave
+    ArchConfig(hidden_size=64) eight puzzle tokens where the same YAML override gives one."""
+    assert ArchConfig() == compose_arch("hrm_v1")
+    small = ArchConfig(hidden_size=64, num_heads=2)
+    assert small == compose_arch("hrm_v1", ["hidden_size=64", "num_heads=2"])
+    assert (small.puzzle_emb_ndim, small.puzzle_tokens) == (64, 1)
+    assert ArchConfig(hidden_size=64, num_heads=2, puzzle_emb_ndim=None).puzzle_emb_ndim == 64   # `null`
+    assert ArchConfig(hidden_size=64, num_heads=2, puzzle_emb_ndim=0).puzzle_tokens == 0         # given: wins
+    with pytest.raises(ValidationError) as err:      # a refused hidden_size is the one error named
+        ArchConfig(hidden_size=0)
+    assert [e["loc"] for e in err.value.errors()] == [("hidden_size",)]
+
+
 def test_preset_values():
     v1, loop, norm, tiny = (compose_arch(n) for n in PRESETS)
     published = dict(hidden_size=512, num_heads=8, expansion=4.0, H_layers=4, L_layers=4, H_cycles=2,

@@ -13,7 +13,7 @@ import yaml
 
 from conftest import MICRO_ARCH, ROOT, together
 from hrm.checkpoint import CheckpointError
-from hrm.resume_settings import given_keys, known_settings, saved_config, with_saved_settings
+from hrm.resume_settings import describe, given_keys, known_settings, saved_config, with_saved_settings
 from hrm.train_checkpoint import FORMAT
 from hrm.train import Trainer
 from test_train import CPU, compose, losses_by_step, micro_config
@@ -50,6 +50,26 @@ def test_what_the_command_line_does_not_give_comes_from_the_checkpoint():
     # a whole group given (arch=...) is this start's, and nothing is changed when all is given
     merged, changed = with_saved_settings(composed, saved, {"arch", "data_path", "lr", "seed", "wandb", "max_steps"})
     assert merged == composed and changed == []
+
+
+def test_the_resume_note_shows_the_arch_fields_that_differ_from_the_runs_preset():
+    """A run of hrm_tiny with arch.hidden_size=128, resumed where the config files say hrm_v1: the
+    note said `arch=hrm_tiny` alone, as if the run were the preset, hiding its size."""
+    composed = compose()
+    saved = compose("arch=hrm_tiny", "arch.hidden_size=128", "arch.scaling.H.p=0.3", "lr=3e-4")
+    merged, changed = with_saved_settings(composed, saved, set())
+    assert describe(changed, merged) == ("arch=hrm_tiny arch.hidden_size=128 arch.puzzle_emb_ndim=128 "
+                                         "arch.scaling.H.p=0.3, lr=0.0003")
+    # the preset itself: its name alone
+    merged, changed = with_saved_settings(composed, compose("arch=hrm_tiny"), set())
+    assert describe(changed, merged) == "arch=hrm_tiny"
+    # a name no preset has: every field that differs from the config files', by name
+    saved = compose("arch=hrm_tiny", "arch.name=mine")
+    merged, changed = with_saved_settings(composed, saved, set())
+    assert describe(changed, merged).startswith("arch.name=mine arch.hidden_size=64 arch.num_heads=2 ")
+    # the same preset: only its changed fields, as before
+    merged, changed = with_saved_settings(composed, compose("arch.L_cycles=3", "seed=4"), set())
+    assert describe(changed, merged) == "arch.L_cycles=3, seed=4"
 
 
 def test_settings_a_checkpoint_holds_that_this_version_does_not_have_are_left_out():
@@ -174,7 +194,9 @@ def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, t
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resumed from {run / 'step_2'} at step 2" in resumed.stdout
     assert (f"resume: settings the command line does not give are the run's own, saved in {run / 'step_2'}: "
-            f"arch=micro, data_path={small_build}, global_batch_size=8") in resumed.stderr, resumed.stderr
+            f"arch.name=micro arch.hidden_size=16 arch.num_heads=1 arch.expansion=2.0 arch.H_layers=1 "
+            f"arch.L_layers=1 arch.halt_max_steps=2 arch.puzzle_emb_ndim=16 arch.scaling.rule=deeploop, "
+            f"data_path={small_build}, global_batch_size=8") in resumed.stderr, resumed.stderr
     assert sorted(losses_by_step(run)) == [1, 2, 3]
     config = yaml.safe_load((run / "all_config.yaml").read_text())
     assert (config["arch"]["hidden_size"], config["max_steps"], config["seed"]) == (MICRO_ARCH["hidden_size"], 3, 3)

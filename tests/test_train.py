@@ -66,6 +66,21 @@ def test_presets_compose_and_overrides_reach_the_model(small_build):
     assert (defaults.epochs, defaults.eval_interval, defaults.arch.hidden_size, defaults.arch.halt_max_steps) == (100000, 10000, 512, 16)
 
 
+def test_python_defaults_are_the_config_files():
+    """A PretrainConfig built in Python gets cfg_pretrain.yaml's value for every field it leaves out,
+    or must name the field: lr_warmup_steps defaulted to 0 (the YAML: 2000) and eval_interval to
+    null (10000), so the same recipe trained differently from a notebook than from pretrain.py."""
+    from pydantic import BaseModel
+    composed = compose()
+    for name, field in PretrainConfig.model_fields.items():
+        if not field.is_required():
+            default = field.get_default(call_default_factory=True)
+            default = default.model_dump() if isinstance(default, BaseModel) else default
+            assert default == composed[name], name
+    required = {name for name, field in PretrainConfig.model_fields.items() if field.is_required()}
+    assert {"lr_warmup_steps", "eval_interval"} <= required <= set(composed)
+
+
 @pytest.mark.parametrize("overrides, field", [
     (["lr=-1"], "lr"),
     (["arch.scaling.rule=magic"], "arch.scaling.rule"),
@@ -1588,6 +1603,29 @@ def test_config_dir_comes_after_the_projects_configs_as_in_hydra(small_build, tm
         pretrain.check_overrides(["--config-dir", str(configs), "my_extra_key=2", f"data_path={small_build}"])
     said = capsys.readouterr().err
     assert stopped.value.code == 2 and "no such key: 'my_extra_key'" in said, said
+
+
+def test_a_config_of_its_own_keeps_cfg_pretrains_hydra_settings(small_build, tmp_path, capsys):
+    """`--config-name mine` of a file that does not start from cfg_pretrain had Hydra's own settings:
+    every run wrote outputs/<date>/<time>/.hydra/ and pretrain.log into the current folder, and a
+    sweep's jobs went unchecked. Refused, naming what is missing and the way out, which passes."""
+    configs = tmp_path / "cfgs"
+    configs.mkdir()
+    (configs / "mine.yaml").write_text("defaults:\n  - arch: hrm_tiny\n  - _self_\nglobal_batch_size: 8\n"
+                                       "epochs: 10\neval_interval: null\nlr: 1e-3\nlr_warmup_steps: 0\ndata_path: x\n")
+    (configs / "inherits.yaml").write_text("defaults:\n  - cfg_pretrain\n  - override arch: hrm_tiny\n  - _self_\n"
+                                           "global_batch_size: 8\n")
+    import pretrain
+    for extra, named in ((["--config-name", "mine"], "hydra.run.dir, hydra.output_subdir, hydra/job_logging as"),
+                         (["-m", "--config-name", "mine", "lr=1e-3,1e-2"], "hydra.callbacks.check_every_job as")):
+        with pytest.raises(SystemExit) as stopped:
+            pretrain.check_overrides(["--config-dir", str(configs), *extra, f"data_path={small_build}"])
+        said = capsys.readouterr().err
+        assert stopped.value.code == 2 and named in said and "defaults: [cfg_pretrain, _self_]" in said, said
+    pretrain.check_overrides(["--config-dir", str(configs), "--config-name", "inherits", f"data_path={small_build}"])
+    pretrain.check_overrides(["--config-dir", str(configs), "--config-name", "mine", "hydra.run.dir=.",
+                              "hydra.output_subdir=null", "hydra/job_logging=stdout", f"data_path={small_build}"])
+    assert capsys.readouterr().err == ""
 
 
 def test_a_bad_config_under_torchrun_is_reported_once(small_build, tmp_path):
