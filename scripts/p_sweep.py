@@ -29,11 +29,13 @@ does, so a bad `--set` stops the sweep with pretrain.py's reason (exit 2) instea
 Resumable: each cell lives in `<work>/lr<lr>_loops<HxL>/p<p>_seed<seed>/` (p with 3 decimals, more
 where 3 would round it; two cells that would share a folder are refused, exit 2) with a `cell.json`
 written when its run ends; rerunning the same command skips every cell whose cell.json records the
-same command and build digest and whose run is a result (trained/stuck/diverged); a cell whose run
+same command and build digest, whose run is a result (trained/stuck/diverged), and whose run's
+all_config.yaml holds the config the command resolves to now (an arch preset's interpolation, such as
+`puzzle_emb_ndim: ${.hidden_size}`, can resolve one command to another config); a cell whose run
 was stopped before its end with a checkpoint saved (a scheduler's SIGTERM, after which pretrain.py
 saves the step it stopped at; a sweep killed after a save) continues from it with resume=latest, as
 started by the same command (its started.json); other crashed cells are run again from scratch.
-A cell holding the result of another command or build is not trained again (deleting that result)
+A cell holding the result of another command, build or config is not trained again (deleting that result)
 without --replace-changed: the sweep is refused before any run, naming the cells and what changed.
 Classification is recomputed from the logs on every invocation, so --margin/--window can be
 changed without training again (a --window longer than --steps is refused; the default is cut to
@@ -61,6 +63,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hrm.pretrain_config import PretrainConfig  # noqa: E402
 from hrm.step_names import unrenamed_saves  # noqa: E402
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       check_outputs, exact_text, last_eval, latest_checkpoint, read_run_log,
@@ -204,26 +207,73 @@ def finished_record(cell_dir: Path, signature: str, digest: str) -> dict | None:
     return record
 
 
+# Settings of a run's all_config.yaml that say where it ran and how it was started, not what it
+# computed: a build moved, or a cell continued with resume=latest, is the same run.
+NOT_COMPARED = ("data_path", "checkpoint_path", "resume")
+
+
+def flat_settings(settings: dict, prefix: str = "") -> dict:
+    """{dotted key: value} of a nested config (`arch.scaling.p`), as overrides name them."""
+    flat = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def config_change(run_dir: Path, config) -> str | None:
+    """How the config the cell's run trained with (its all_config.yaml, which pretrain.py writes as
+    it starts: the resolved, validated settings) differs from `config`, the one this command
+    resolves to (`old -> new`), or None. The same command can resolve to another config: an arch
+    preset's `puzzle_emb_ndim: ${.hidden_size}` follows a `--set arch.hidden_size=32` that once left
+    it at the preset's own value. Keys only one side has (a setting added or removed since) and
+    NOT_COMPARED are left out. None too when there is nothing to compare: no all_config.yaml, or
+    `config` a reason pretrain.py would refuse it (config_problems says that)."""
+    path = run_dir / "all_config.yaml"
+    if not isinstance(config, PretrainConfig) or not path.is_file():
+        return None
+    try:
+        saved = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ValueError(f"{path}: cannot be read ({e}); remove the cell's folder to train it again") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path}: not a config written by pretrain.py; remove the cell's folder to train it again")
+    old, new = flat_settings(saved), flat_settings(config.model_dump(mode="json", by_alias=True))
+    changed = sorted(k for k in old.keys() & new.keys() if old[k] != new[k] and k not in NOT_COMPARED)
+    if not changed:
+        return None
+    return (" ".join(f"{k}={old[k]}" for k in changed) + " -> " + " ".join(f"{k}={new[k]}" for k in changed))
+
+
 def split_finished(cells: list[Cell], args, build: Path, digest: str, work: Path,
-                   floor: float) -> tuple[dict, list[Cell]]:
+                   floor: float, configs: dict | None = None) -> tuple[dict, list[Cell]]:
     """({cell: record} of cells already done with this very command and build, [cells to run]).
-    A cell is done when its cell.json matches and its run is a result (not an error)."""
+    A cell is done when its cell.json matches, its run is a result (not an error) and the config
+    it trained with is the one the command resolves to now (`configs`: cell_configs; config_change)."""
+    configs = configs or {}
     records, todo = {}, []
     for cell in cells:
         run_dir = work / cell.folder / "run"
         signature = command_signature(train_command(cell, args, build, run_dir))
         record = finished_record(work / cell.folder, signature, digest)
-        if record is not None and cell_row(cell, record, run_dir, floor, args.margin, args.window)["status"] in FINISHED:
+        if (record is not None
+                and cell_row(cell, record, run_dir, floor, args.margin, args.window)["status"] in FINISHED
+                and config_change(run_dir, configs.get(cell)) is None):
             records[cell] = record
         else:
             todo.append(cell)
     return records, todo
 
 
-def replaced_results(todo: list[Cell], args, build: Path, digest: str, work: Path) -> list[str]:
+def replaced_results(todo: list[Cell], args, build: Path, digest: str, work: Path,
+                     configs: dict | None = None) -> list[str]:
     """The cells to run whose folder holds a result (a run that ended, trained or diverged) of
-    another command or build, each with what changed: running them deletes that result, which may
-    be hours of GPU time, so the sweep asks for --replace-changed first."""
+    another command, build or resolved config (`configs`: cell_configs), each with what changed:
+    running them deletes that result, which may be hours of GPU time, so the sweep asks for
+    --replace-changed first."""
+    configs = configs or {}
     found = []
     for cell in todo:
         record = cell_record(work / cell.folder)
@@ -236,6 +286,10 @@ def replaced_results(todo: list[Cell], args, build: Path, digest: str, work: Pat
                          f"{' '.join(x for x in new if x not in old) or '-'})")
         elif record.get("digest") != digest:
             found.append(f"{cell.folder} (another build: digest {str(record.get('digest'))[:12]}... -> {digest[:12]}...)")
+        else:
+            change = config_change(work / cell.folder / "run", configs.get(cell))
+            if change:
+                found.append(f"{cell.folder} (the same command resolves to another config: {change})")
     return found
 
 
@@ -261,14 +315,26 @@ def interrupted_run(cell_dir: Path, signature: str, digest: str) -> bool:
     return latest.is_dir() or bool(unrenamed_saves(cell_dir / "run"))
 
 
-def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | None = None) -> dict:
+def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | None = None,
+             config: PretrainConfig | str | None = None) -> dict:
     """Train one cell, on `gpu` when given, and record how it ended: an interrupted run of the same
-    command continued (interrupted_run), anything else wiped first and trained from scratch."""
+    command continued (interrupted_run), unless it trained with another config than `config` (the
+    cell's, cell_configs: resumed, it would go on with its checkpoint's settings); anything else
+    wiped first and trained from scratch."""
     cell_dir = work / cell.folder
     run_dir = cell_dir / "run"
     cmd = train_command(cell, args, build, run_dir)
     signature = command_signature(cmd)
     resume = interrupted_run(cell_dir, signature, digest)
+    if resume:
+        try:
+            change = config_change(run_dir, config)
+        except ValueError:
+            change = "its all_config.yaml cannot be read"
+        if change:
+            print(f"{cell.describe()}: its interrupted run trained with another config ({change}): "
+                  f"trained again from scratch", flush=True)
+            resume = False
     earlier = 0.0     # the seconds of the attempts it continues, as far as recorded (a killed sweep records none)
     if resume:
         print(f"{cell.describe()}: continuing its interrupted run from {latest_checkpoint(run_dir).name}", flush=True)
@@ -292,21 +358,30 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | 
     return record
 
 
-def config_problems(cells: list[Cell], args, build: Path, work: Path) -> str | None:
-    """Why pretrain.py would refuse some cells' configs, or None. Each cell's overrides are composed
-    and validated here as pretrain.py does before it trains (Hydra, then PretrainConfig), about 0.1 s
-    a cell: a bad --set (`arch.hidden_sz=3`) would otherwise fail every cell, one process each."""
+def cell_configs(cells: list[Cell], args, build: Path, work: Path) -> dict[Cell, PretrainConfig | str]:
+    """{cell: the config pretrain.py would train it with, or why it would refuse it}: each cell's
+    overrides composed and validated as pretrain.py does (Hydra, then PretrainConfig), about 0.1 s
+    a cell. Read to tell a finished cell of another config (config_change) and by config_problems."""
     from hydra import compose, initialize_config_dir
 
-    from hrm.sweep import config_problem, tell_problems
-    by_problem: dict[str, list[str]] = {}   # the same mistake in every cell is told once
+    from hrm.sweep import validated_config
+    configs = {}
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
         known = compose("cfg_pretrain")
         for cell in cells:
             overrides = train_command(cell, args, build, work / cell.folder / "run")[2:]
-            problem = config_problem(lambda: compose("cfg_pretrain", overrides), known=known)
-            if problem:
-                by_problem.setdefault(problem, []).append(cell.describe())
+            configs[cell] = validated_config(lambda: compose("cfg_pretrain", overrides), known=known)
+    return configs
+
+
+def config_problems(cells: list[Cell], configs: dict) -> str | None:
+    """Why pretrain.py would refuse some cells' configs (`configs`: cell_configs), or None: a bad
+    --set (`arch.hidden_sz=3`) would otherwise fail every cell, one process each."""
+    from hrm.sweep import tell_problems
+    by_problem: dict[str, list[str]] = {}   # the same mistake in every cell is told once
+    for cell in cells:
+        if isinstance(configs[cell], str):
+            by_problem.setdefault(configs[cell], []).append(cell.describe())
     if not by_problem:
         return None
     bad = sum(len(named) for named in by_problem.values())
@@ -464,7 +539,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                f"(default {DEFAULT_WINDOW}, or --steps when fewer)")
     ap.add_argument("--work", type=Path, help="run folders (default checkpoints/p_sweep)")
     ap.add_argument("--replace-changed", action="store_true",
-                    help="train again cells whose result another command or build made (refused without it)")
+                    help="train again cells whose result another command, build or config made (refused without it)")
     ap.add_argument("--out", type=Path, help="output stem: writes OUT.csv, OUT.png, OUT.md (default results/p_sweep)")
     argv = sys.argv[1:] if argv is None else argv
     exponent_form = negative_in_exponent_form(argv)
@@ -548,21 +623,22 @@ def main(argv=None) -> int:
           + (f" on GPU(s) {','.join(args.gpus)}" if args.gpus else "")
           + f"; floor {floor:.4f} nats; digest {digest[:16]}...", flush=True)
 
+    configs = cell_configs(cells, args, build, work)
     try:
-        records, todo = split_finished(cells, args, build, digest, work, floor)
-    except ValueError as e:    # a cell's log.jsonl or cell.json damaged (the message names it)
+        records, todo = split_finished(cells, args, build, digest, work, floor, configs)
+        replaced = [] if args.replace_changed else replaced_results(todo, args, build, digest, work, configs)
+    except ValueError as e:    # a cell's log.jsonl, cell.json or all_config.yaml damaged (the message names it)
         print(f"p_sweep.py: error: {e}", file=sys.stderr)
         return 1
     if records:
         print(f"resuming: {len(records)} finished cell(s) kept, {len(todo)} to run", flush=True)
-    replaced = [] if args.replace_changed else replaced_results(todo, args, build, digest, work)
     if replaced:
         shown = "; ".join(replaced[:3]) + (f"; and {len(replaced) - 3} more" if len(replaced) > 3 else "")
-        print(f"p_sweep.py: error: {len(replaced)} cell(s) in {work} hold the result of another command or build, "
-              f"which this sweep would delete to train them again: {shown}. Use another --work (and --out), or "
+        print(f"p_sweep.py: error: {len(replaced)} cell(s) in {work} hold the result of another command, build or "
+              f"config, which this sweep would delete to train them again: {shown}. Use another --work (and --out), or "
               f"pass --replace-changed; no cell was started", file=sys.stderr)
         return EXIT_BAD_GRID
-    problems = config_problems(todo, args, build, work)
+    problems = config_problems(todo, configs)
     if problems:
         print(f"p_sweep.py: error: {problems}", file=sys.stderr)
         return EXIT_BAD_GRID
@@ -587,7 +663,7 @@ def main(argv=None) -> int:
         try:
             if stopped.is_set():
                 return
-            record = run_cell(cell, args, build, digest, work, gpu)
+            record = run_cell(cell, args, build, digest, work, gpu, configs[cell])
         except BaseException:
             stopped.set()
             raise

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from conftest import ROOT
@@ -47,3 +48,20 @@ def test_flops_per_token_by_hand():
     # more steps: plus the target-Q segment, its first visit whole and its last for position 0 only
     assert flops_per_token(ArchConfig(**arch, halt_max_steps=2), 4, 12) == (
         (3 * block + first_only) + 4 * block + head) / 4
+
+
+@pytest.mark.parametrize("args, message", [(["--batch", "0"], "--batch must be at least 1, got 0"),
+                                           (["--steps", "0"], "--steps must be at least 1"),
+                                           (["--warmup", "-1"], "--warmup at least 0"),
+                                           (["--peak-tflops", "0"], "--peak-tflops and --time-limit must be > 0"),
+                                           (["--time-limit", "-5"], "--peak-tflops and --time-limit must be > 0")])
+def test_bad_numbers_are_refused_before_any_work(args, message, monkeypatch, capsys):
+    """--batch 0 ran the default batch (8) and said batch 8; --steps 0 printed a result of 0 tokens/s.
+    Refused before the build is made or the device chosen."""
+    from scripts import bench_train
+    monkeypatch.setattr(bench_train, "small_build", lambda folder: pytest.fail("built before refusing"))
+    monkeypatch.setattr(sys, "argv", ["bench_train.py", "--config", "hrm_tiny", *args])
+    with pytest.raises(SystemExit) as exited:
+        bench_train.main()
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and message in err and out == "", err

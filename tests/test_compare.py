@@ -77,7 +77,7 @@ def test_paper_recipe_prints_the_8_gpu_commands(capsys):
     assert len(train) == 2
     assert "arch=hrm_v1" in lines[train[0]] and "arch=hrm_deeploop" in lines[train[1]]
     for i in train:
-        assert lines[i].startswith("torchrun --standalone --nproc-per-node 8 pretrain.py")
+        assert " || torchrun --standalone --nproc-per-node 8 pretrain.py " in lines[i]
         assert "data_path=data/arc-aug-1000" in lines[i] and "seed=0" in lines[i]
         # the build is re-hashed and its digest compared with the first one right before training
         assert lines[i - 1].startswith("python build_arc.py --verify data/arc-aug-1000 && ")
@@ -407,14 +407,14 @@ def run_printed_recipe(tmp_path, capsys, torchrun: str, python: str) -> subproce
     assert compare.main(["--preset", "paper"]) == 0
     script = capsys.readouterr().out
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)     # (run again in the same folder: a rerun of the recipe)
     (bin_dir / "torchrun").write_text("#!/usr/bin/env bash\n" + torchrun)
     (bin_dir / "python").write_text(f"#!/usr/bin/env bash\ncase \"$1\" in -c) exec {sys.executable} \"$@\";; esac\n"
                                     + python)
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     build = tmp_path / "data" / "arc-aug-1000"
-    build.mkdir(parents=True)
+    build.mkdir(parents=True, exist_ok=True)
     (build / "manifest.json").write_text(json.dumps({"digest": "d" * 64}))
     return subprocess.run(["bash"], input=script, text=True, capture_output=True, cwd=tmp_path,
                           env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
@@ -433,13 +433,41 @@ mkdir -p "$run/step_9" "$run/predictions/step_9"; echo step_9 > "$run/latest"; e
     assert ran.returncode == 0, ran.stderr
     assert "hrm_v1 diverged: nothing to vote" in ran.stdout
     python_ran = (tmp_path / "ran.txt").read_text().splitlines()
-    assert [line.split()[0] for line in python_ran] == ["build_arc.py"] * 3 + ["evaluate/vote.py", "scripts/compare.py"]
-    assert "checkpoints/compare_paper/hrm_deeploop/predictions/step_9" in python_ran[3]
-    assert python_ran[4].endswith("--report --data data/arc-aug-1000 --work checkpoints/compare_paper "
+    assert [line.split()[0] for line in python_ran] == ["build_arc.py"] * 2 + ["evaluate/vote.py", "scripts/compare.py"]
+    assert "checkpoints/compare_paper/hrm_deeploop/predictions/step_9" in python_ran[2]
+    assert python_ran[3].endswith("--report --data data/arc-aug-1000 --work checkpoints/compare_paper "
                                   "--out results/compare_paper")
     # an --out given to the printed recipe is where its table goes
     assert compare.main(["--preset", "paper", "--out", "results/mine"]) == 0
     assert capsys.readouterr().out.endswith("--work checkpoints/compare_paper --out results/mine\n")
+
+
+def test_the_printed_recipe_runs_again_after_a_failure(tmp_path, capsys, monkeypatch):
+    """The recipe stopped by a failure (hrm_deeploop's training) and run again: its build is there,
+    which build_arc.py refuses to make again without --overwrite (under `set -e` the script stopped
+    at its first line, as it did on a first run printed before the build existed); each arm
+    continues its run (resume=auto; a fresh start is refused beside its checkpoints), and the
+    diverged arm, a result, is not trained again."""
+    (tmp_path / "printed_from").mkdir()
+    monkeypatch.chdir(tmp_path / "printed_from")    # where no build exists: the recipe makes it
+    torchrun = """echo "$@" >> trained.txt
+for a in "$@"; do case $a in checkpoint_path=*) run=${a#checkpoint_path=};; esac; done
+mkdir -p "$run"
+case "$*" in *arch=hrm_v1*) echo '{"step": 7}' > "$run/diverged.json"; exit 1;; esac
+[ -f failed_once ] || { touch failed_once; exit 1; }
+mkdir -p "$run/step_9" "$run/predictions/step_9"; echo step_9 > "$run/latest"; echo {} > "$run/predictions/step_9/info.json"
+"""
+    python = """case "$*" in *--output-dir*) [ -e data/arc-aug-1000 ] && { echo "exists; pass --overwrite" >&2; exit 1; };; esac
+echo "$@" >> ran.txt
+"""
+    first = run_printed_recipe(tmp_path, capsys, torchrun, python)
+    assert first.returncode == 1 and "exists; pass --overwrite" not in first.stderr, first.stderr
+    again = run_printed_recipe(tmp_path, capsys, torchrun, python)
+    assert again.returncode == 0, again.stderr
+    trained = (tmp_path / "trained.txt").read_text().splitlines()
+    assert [line.split()[4] for line in trained] == ["arch=hrm_v1", "arch=hrm_deeploop", "arch=hrm_deeploop"]
+    assert all(line.endswith(" resume=auto") for line in trained)
+    assert (tmp_path / "ran.txt").read_text().splitlines()[-1].startswith("scripts/compare.py --preset paper --report")
 
 
 def test_training_predictions_are_reused_only_when_every_setting_matches(small_build, tmp_path):

