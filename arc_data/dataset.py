@@ -141,6 +141,14 @@ def load_split(dataset_dir: str | Path, split: str) -> PuzzleSplit:
     if labels.shape != inputs.shape:
         raise DatasetError(f"{labels_path}: shape {labels.shape} differs from inputs "
                            f"{inputs.shape}")
+    if not 0 <= metadata.pad_id < metadata.vocab_size:
+        # padded test rows carry it as an input token
+        raise DatasetError(f"{directory / 'dataset.json'}: pad_id {metadata.pad_id} lies outside "
+                           f"[0, vocab_size={metadata.vocab_size})")
+    # A token past the vocabulary would fail only in the model, hours in at a late batch: an
+    # IndexError in the embedding that names no file, or a device-side assert on CUDA.
+    _expect_tokens(inputs_path, inputs, metadata.vocab_size, allowed=None)
+    _expect_tokens(labels_path, labels, metadata.vocab_size, allowed=metadata.ignore_label_id)
     for path, values in [(identifiers_path, puzzle_identifiers),
                          (puzzle_indices_path, puzzle_indices),
                          (group_indices_path, group_indices)]:
@@ -210,6 +218,26 @@ def _expect(path: Path, values: np.ndarray, dtype: type, ndim: int) -> None:
     if values.dtype != dtype or values.ndim != ndim:
         raise DatasetError(f"{path}: expected {np.dtype(dtype)} with {ndim} dimension(s), "
                            f"found {values.dtype} with shape {values.shape}")
+
+
+def _expect_tokens(path: Path, values: np.ndarray, vocab_size: int, allowed: Optional[int],
+                   chunk_rows: int = 1 << 16) -> None:
+    """Every token of ``values`` (uint8 [examples, seq_len]) lies in [0, vocab_size), or equals
+    ``allowed`` (the labels' ignore id, which the reader maps to -100). One pass over the memory
+    map in chunks of ~60 MB: about 0.05 s per GB once the file is in the page cache, a read of the
+    whole file from disk otherwise (training reads every row each epoch anyway)."""
+    for start in range(0, values.shape[0], chunk_rows):
+        chunk = values[start:start + chunk_rows]
+        if chunk.size == 0 or chunk.max() < vocab_size:
+            continue
+        bad = chunk >= vocab_size
+        if allowed is not None:
+            bad &= chunk != allowed
+        if bad.any():
+            row, column = (int(i) for i in np.argwhere(bad)[0])
+            other = "" if allowed is None else f" (or the ignore label {allowed})"
+            raise DatasetError(f"{path}: row {start + row} holds token {chunk[row, column]} at position "
+                               f"{column}, outside [0, vocab_size={vocab_size}){other} of dataset.json")
 
 
 def _expect_offsets(path: Path, offsets: np.ndarray, owner: str, owners: int,
@@ -436,33 +464,48 @@ class TrainBatches:
     def _global_batches(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(rows, puzzle indices) of every remaining global batch of the current iteration.
 
-        The position is committed before each yield, so it always names the next batch.
+        The position is committed before each yield, so it always names the next batch. The batch
+        after each one is drawn before it is yielded: when none follows (the rest of the iteration
+        would be the dropped incomplete batch), the position moves to the next iteration at once,
+        so a consumer that stops after the iteration's last batch (the trainer at max_steps) sees
+        the iteration as finished, as one that reads on does.
         """
         end_epoch = (self.iteration + 1) * self.epochs_per_iteration
-        while True:
-            epoch, slot = self._epoch, self._slot
-            row_parts, puzzle_parts, missing = [], [], self.global_batch_size
-            while missing > 0 and epoch < end_epoch:
-                plan = self._plan(epoch)
-                begin = plan.slot_offsets[slot]
-                end = min(begin + missing, plan.slot_offsets[-1])
-                row_parts.append(plan.example_rows[begin:end])
-                puzzle_parts.append(plan.example_puzzles[begin:end])
-                missing -= end - begin
-                if end > begin:
-                    # The next batch starts at the slot after the one holding the last example
-                    # taken; whatever that slot had left over is dropped (HRM's truncation).
-                    slot = int(np.searchsorted(plan.slot_offsets, end - 1, side="right"))
-                if missing > 0 or slot >= plan.num_slots:  # this epoch is used up
-                    epoch, slot = epoch + 1, 0
-            if missing > 0:  # the iteration ran out: drop the incomplete batch
+        batch = self._batch_at(self._epoch, self._slot, end_epoch)
+        while batch is not None:
+            rows, puzzles, epoch, slot = batch
+            following = self._batch_at(epoch, slot, end_epoch) if epoch < end_epoch else None
+            if following is None:
                 self._epoch, self._slot, self._batch_in_iteration = end_epoch, 0, 0
-                return
-            self._epoch, self._slot = epoch, slot
-            self._batch_in_iteration = 0 if epoch >= end_epoch else self._batch_in_iteration + 1
-            yield np.concatenate(row_parts), np.concatenate(puzzle_parts)
-            if epoch >= end_epoch:
-                return
+            else:
+                self._epoch, self._slot = epoch, slot
+                self._batch_in_iteration += 1
+            yield rows, puzzles
+            batch = following
+        # nothing (more) to draw: also a position saved inside the dropped tail by an older reader
+        self._epoch, self._slot, self._batch_in_iteration = end_epoch, 0, 0
+
+    def _batch_at(self, epoch: int, slot: int, end_epoch: int
+                  ) -> tuple[np.ndarray, np.ndarray, int, int] | None:
+        """(rows, puzzles, epoch, slot after it) of the global batch that starts at slot ``slot``
+        of ``epoch``, or None when the iteration ending before ``end_epoch`` cannot fill it."""
+        row_parts, puzzle_parts, missing = [], [], self.global_batch_size
+        while missing > 0 and epoch < end_epoch:
+            plan = self._plan(epoch)
+            begin = plan.slot_offsets[slot]
+            end = min(begin + missing, plan.slot_offsets[-1])
+            row_parts.append(plan.example_rows[begin:end])
+            puzzle_parts.append(plan.example_puzzles[begin:end])
+            missing -= end - begin
+            if end > begin:
+                # The next batch starts at the slot after the one holding the last example
+                # taken; whatever that slot had left over is dropped (HRM's truncation).
+                slot = int(np.searchsorted(plan.slot_offsets, end - 1, side="right"))
+            if missing > 0 or slot >= plan.num_slots:  # this epoch is used up
+                epoch, slot = epoch + 1, 0
+        if missing > 0:  # the iteration ran out: the incomplete batch is dropped
+            return None
+        return np.concatenate(row_parts), np.concatenate(puzzle_parts), epoch, slot
 
 
 # ---------------------------------------------------------------------------------------------

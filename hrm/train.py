@@ -27,7 +27,7 @@ import torch
 import yaml
 from tqdm import tqdm
 
-from arc_data.dataset import EvalBatches, TrainBatches, load_split
+from arc_data.dataset import DatasetError, EvalBatches, TrainBatches, load_split
 from arc_data.manifest import build_identity
 from hrm.config import ArchConfig
 from hrm.diagnostics import visit_alignment
@@ -133,6 +133,18 @@ def check_some_steps(config: PretrainConfig, train_split, total_steps: int) -> N
                          f"puzzle = {config.epochs_per_iteration * per_epoch * config.global_batch_size:.3g} examples, "
                          f"less than one global_batch_size={config.global_batch_size}, and an interval's incomplete "
                          f"last batch is dropped; raise eval_interval (or lower global_batch_size)")
+
+
+def check_splits_agree(train_split, test_split) -> None:
+    """The model is sized by the train split's dataset.json and evaluated on the test split: a test
+    split from another build (a larger identifier table, another seq_len) would fail only at the
+    first evaluation, in the model, after a whole evaluation interval of training."""
+    fields = ("seq_len", "vocab_size", "num_puzzle_identifiers", "pad_id", "ignore_label_id")
+    differ = [f"{key} {getattr(test_split.metadata, key)!r} (train: {getattr(train_split.metadata, key)!r})"
+              for key in fields if getattr(test_split.metadata, key) != getattr(train_split.metadata, key)]
+    if differ:
+        raise DatasetError(f"{test_split.directory / 'dataset.json'}: {', '.join(differ)}: the test split does "
+                           f"not belong to the same build as {train_split.directory}; rebuild the data")
 
 
 def build_fingerprint(identity: dict, train_split, test_split) -> dict:
@@ -346,6 +358,7 @@ class Trainer:
         self.wandb_mode = resolve_wandb_mode(cfg.wandb.mode) if info.is_main else "disabled"
         self.train_split = load_split(cfg.data_path, "train")
         self.test_split = load_split(cfg.data_path, "test")
+        check_splits_agree(self.train_split, self.test_split)
         self.data_identity = build_identity(cfg.data_path)   # saved with checkpoints, checked on resume
         meta = self.train_split.metadata
         self.reader = TrainBatches(self.train_split, global_batch_size=cfg.global_batch_size, seed=cfg.seed,
@@ -698,9 +711,13 @@ class Trainer:
         while self.reader.iteration < self.total_iterations and self.step < self.stop_step:
             for batch in self.reader.iteration_batches():
                 record = self.train_step(batch)
+                # the run's last step: by max_steps (or the estimated total), or by its epochs when
+                # they draw fewer batches than estimated (the reader has then moved past the last
+                # iteration's last batch)
+                last_step = self.step >= self.stop_step or self.reader.iteration >= self.total_iterations
                 if info.is_main:
                     self.history.append((self.step, record["train/loss"]))
-                    if self.step % cfg.log_interval == 0 or self.step >= self.stop_step:
+                    if self.step % cfg.log_interval == 0 or last_step:
                         self.log.log(record, step=self.step)
                         bar.set_postfix(loss=f"{record['train/loss']:.4f}", refresh=False)
                     bar.update(1)

@@ -173,8 +173,12 @@ class RunStatusError(ValueError):
 
 
 def recorded_build(run_dir: Path) -> tuple[list[Path], str]:
-    """Where the run's all_config.yaml data_path may be (relative to the working directory, or to
-    the repository root, where pretrain.py is usually started), and where that was read."""
+    """Where the run's build may be, best first, and what named it: the absolute path the trainer
+    recorded in the run's newest checkpoint (its data_path resolved where training ran), then
+    all_config.yaml's data_path as typed, relative to where training ran (the folder above
+    checkpoints/<project>/<run> in the default layout), to the working directory, to the
+    repository root. The working directory is not first: run from another project it may hold
+    another build under the same relative name, whose floor would classify the run unnoticed."""
     config_file = run_dir / "all_config.yaml"
     try:
         config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
@@ -187,10 +191,26 @@ def recorded_build(run_dir: Path) -> tuple[list[Path], str]:
     if not isinstance(recorded, str) or not recorded:
         raise RunStatusError(f"{run_dir}: no data_path in {config_file}; pass --data BUILD")
     repo = Path(__file__).resolve().parents[1]
-    # a relative one is relative to where training ran: the folder above checkpoints/<project>/<run>
-    # in the default layout, wherever this is run from
     started_in = run_dir.resolve().parents[2] if len(run_dir.resolve().parents) > 2 else repo
-    return [Path(recorded), repo / recorded, started_in / recorded], f"data_path in {config_file}"
+    resolved = checkpoint_data_path(run_dir)
+    return ([Path(resolved)] if resolved else []) + [started_in / recorded, Path(recorded), repo / recorded], \
+        f"{recorded} (from data_path in {config_file})"
+
+
+def checkpoint_data_path(run_dir: Path) -> str | None:
+    """The build path resolved by the trainer, saved in the run's newest trainer.pt (None without a
+    checkpoint, or with one that cannot be read: the typed data_path is then all there is)."""
+    import torch
+    from hrm.train_checkpoint import list_checkpoints
+    kept = list_checkpoints(run_dir)
+    if not kept:
+        return None
+    try:    # mmap: the optimizer state in the same file is not read
+        trainer = torch.load(kept[-1] / "trainer.pt", map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 -- a damaged checkpoint is resume's and predict.py's to report
+        return None
+    resolved = trainer.get("data_path_resolved") if isinstance(trainer, dict) else None
+    return resolved if isinstance(resolved, str) and resolved else None
 
 
 def first_build(candidates: list[Path]) -> Path | None:
@@ -213,12 +233,12 @@ def trained_on_another_build(run_dir: Path, data: str) -> str | None:
 
 def find_build(run_dir: Path, data: str | None) -> Path:
     """--data, else the run's all_config.yaml data_path (recorded_build)."""
-    candidates, source = ([Path(data)], "--data") if data else recorded_build(run_dir)
+    candidates, named = ([Path(data)], f"{data} (from --data)") if data else recorded_build(run_dir)
     build = first_build(candidates)
     if build is not None:
         return build
     moved = "" if data else "; if the build has moved since, pass --data BUILD"
-    raise RunStatusError(f"{candidates[0]} (from {source}): not a build (no train/dataset.json){moved}")
+    raise RunStatusError(f"{named}: not a build (no train/dataset.json){moved}")
 
 
 def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict:
@@ -242,7 +262,7 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
     stop = log[-1] if log else {}
     return {"run": str(run_dir), "status": classify_logged_run(losses, floor, exit_code, margin, window, steps, logged),
             "steps": steps, "final_loss": tail_mean(losses, logged), "min_loss": smoothed_min(losses, logged),
-            "floor": floor, "eval_lm_loss": evaluation.get("lm_loss", math.nan),
+            "floor": floor, "evaluated": bool(evaluation), "eval_lm_loss": evaluation.get("lm_loss", math.nan),
             "eval_pass_at_2": evaluation.get("pass@2", math.nan),   # NaN: not logged (eval_pass_k)
             "stopped_at": stop["step"] if "stopped" in stop else None}
 
@@ -298,9 +318,20 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r['run']}: {r['status']}  steps {r['steps']}  final loss {r['final_loss']:.4f} "
               f"(mean of the last {min(args.window, r['steps'])})  min {r['min_loss']:.4f}  floor {r['floor']:.4f}  "
-              f"eval lm_loss {r['eval_lm_loss']:.4f}  eval pass@2 {r['eval_pass_at_2']:.4f}"
+              + evaluation_text(r)
               + (f"  (stopped by SIGTERM at step {r['stopped_at']}: resume it to finish)" if r["stopped_at"] else ""))
     return 0
+
+
+def evaluation_text(summary: dict) -> str:
+    """The last evaluation's figures; words, not `nan`, for what was not logged: no evaluation
+    before the first eval_interval ends, no pass@2 when eval_pass_k leaves it out."""
+    if not summary["evaluated"]:
+        return "no evaluation yet"
+    text = f"eval lm_loss {summary['eval_lm_loss']:.4f}"
+    if not math.isnan(summary["eval_pass_at_2"]):
+        text += f"  eval pass@2 {summary['eval_pass_at_2']:.4f}"
+    return text
 
 
 if __name__ == "__main__":

@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from arc_data.dataset import (IGNORE_LABEL, DatasetError, EvalBatches, TrainBatches,
+from arc_data.dataset import (IGNORE_LABEL, DatasetError, EvalBatches, TrainBatches, _expect_tokens,
                               load_identifiers, load_split)
 
 SEQ_LEN = 4
 
 
-def write_build(root: Path, groups: list[list[int]], split: str = "train") -> Path:
-    """Write one split of a build: ``groups`` lists, per group, the example count of each puzzle."""
+def write_build(root: Path, groups: list[list[int]], split: str = "train", vocab_size: int = 256) -> Path:
+    """Write one split of a build: ``groups`` lists, per group, the example count of each puzzle.
+    The row-index tokens run past ARC's 12, hence a vocabulary of 256 unless a test says otherwise."""
     sizes = [size for group in groups for size in group]
     num_puzzles, num_examples = len(sizes), sum(sizes)
     rows = np.arange(num_examples)
@@ -37,7 +38,7 @@ def write_build(root: Path, groups: list[list[int]], split: str = "train") -> Pa
     directory.mkdir(parents=True, exist_ok=True)
     for field, values in arrays.items():
         np.save(directory / f"all__{field}.npy", values)
-    metadata = dict(seq_len=SEQ_LEN, vocab_size=12, pad_id=0, ignore_label_id=0,
+    metadata = dict(seq_len=SEQ_LEN, vocab_size=vocab_size, pad_id=0, ignore_label_id=0,
                     blank_identifier_id=0, num_puzzle_identifiers=num_puzzles + 1,
                     total_groups=len(groups), mean_puzzle_examples=num_examples / max(num_puzzles, 1),
                     sets=["all"])
@@ -131,6 +132,12 @@ BAD_BUILDS = {
                              lambda d: corrupt(d, "puzzle_identifiers", np.int32([3, 2, 4]))),
     "blank identifier": ("all__puzzle_identifiers.npy",
                          lambda d: corrupt(d, "puzzle_identifiers", np.int32([3, 0, 1]))),
+    # a token past the vocabulary failed only in the model's embedding or loss, naming no file
+    "input token past vocab": ("all__inputs.npy", lambda d: (edit_metadata(d, vocab_size=12),
+                                                             corrupt(d, "inputs", np.full((6, 4), 12, np.uint8)))),
+    "label token past vocab": ("all__labels.npy", lambda d: (edit_metadata(d, vocab_size=12),
+                                                             corrupt(d, "labels", np.full((6, 4), 99, np.uint8)))),
+    "pad_id past vocab": ("dataset.json", lambda d: edit_metadata(d, pad_id=256)),
     # padding rows would carry 4, and evaluation trims rows by identifier 0: real rows lost or kept wrong
     "blank identifier not 0": ("dataset.json", lambda d: edit_metadata(d, blank_identifier_id=4)),
 }
@@ -142,6 +149,36 @@ def test_bad_build_is_refused_naming_the_file(tmp_path, case):
     write_build(tmp_path, [[2, 3], [1]])
     damage(tmp_path / "train")
     with pytest.raises(DatasetError, match=file_name.replace(".", r"\.")):
+        load_split(tmp_path, "train")
+
+
+def test_a_token_past_the_vocabulary_is_named_by_file_row_and_position(tmp_path):
+    write_build(tmp_path, [[2, 3], [1]], vocab_size=12)
+    inputs = np.load(tmp_path / "train" / "all__inputs.npy")
+    inputs[4, 3] = 99                       # a hand-edited or damaged row
+    np.save(tmp_path / "train" / "all__inputs.npy", inputs)
+    path = tmp_path / "train" / "all__inputs.npy"
+    with pytest.raises(DatasetError, match=rf"^{path}: row 4 holds token 99 at position 3, outside "
+                                           rf"\[0, vocab_size=12\) of dataset.json$"):
+        load_split(tmp_path, "train")
+    # the same row found when the file is scanned in chunks (the row counted from the file's start)
+    with pytest.raises(DatasetError, match=r": row 4 holds token 99 at position 3"):
+        _expect_tokens(path, inputs, 12, allowed=None, chunk_rows=3)
+
+
+def test_labels_may_hold_an_ignore_id_past_the_vocabulary(tmp_path):
+    # the reader maps ignore_label_id to -100 before the loss, wherever it lies; any other value not
+    write_build(tmp_path, [[2, 3], [1]], vocab_size=12)
+    labels = np.load(tmp_path / "train" / "all__labels.npy")
+    labels[:, 0] = 200
+    np.save(tmp_path / "train" / "all__labels.npy", labels)
+    edit_metadata(tmp_path / "train", ignore_label_id=200)
+    batch = next(TrainBatches(load_split(tmp_path, "train"), global_batch_size=2, seed=0).iteration_batches())
+    assert (batch["labels"][:, 0] == IGNORE_LABEL).all()
+    labels[5, 2] = 201
+    np.save(tmp_path / "train" / "all__labels.npy", labels)
+    with pytest.raises(DatasetError, match=r"all__labels\.npy: row 5 holds token 201 at position 2, outside "
+                                           r"\[0, vocab_size=12\) \(or the ignore label 200\)"):
         load_split(tmp_path, "train")
 
 
@@ -245,6 +282,24 @@ def test_packing_truncates_and_drops_the_last_batch_by_hand(tmp_path):
     epoch1 = [slots[1][1] // 3, slots[2][0][0] // 3, slots[2][1] // 3]
     assert sorted(epoch0) == sorted(epoch1) == [0, 1, 2]  # each epoch visits every group once
     assert reader.iteration == 1
+
+
+def test_stopping_after_the_last_batch_before_a_dropped_tail_finishes_the_iteration(tmp_path):
+    # As above: one batch, then 3 examples dropped. A consumer that stops right after that batch
+    # (the trainer at max_steps) must see the iteration finished, or a resume evaluates it again.
+    data = load_split(write_build(tmp_path, [[3], [3], [3]]), "train")
+    reader = TrainBatches(data, global_batch_size=4, seed=5, epochs_per_iteration=1)
+    first = next(reader.iteration_batches())
+    assert (reader.iteration, reader.epoch, reader.batch_in_iteration) == (1, 1, 0)
+    resumed = TrainBatches(data, global_batch_size=4, seed=5)
+    resumed.load_state_dict(reader.state_dict())
+    straight = TrainBatches(data, global_batch_size=4, seed=5)
+    assert_same_batches([first] + list(resumed.iteration_batches()),
+                        [batch for batches in run_iterations(straight, 2) for batch in batches])
+    # a position inside the dropped tail (saved by an older reader) yields nothing and moves on
+    old = TrainBatches(data, global_batch_size=4, seed=5)
+    old.load_state_dict({**reader.state_dict(), "epoch": 0, "slot": 2, "batch_in_iteration": 1})
+    assert list(old.iteration_batches()) == [] and old.iteration == 1
 
 
 def test_exactly_filled_iteration_ends_at_the_next_iteration(tmp_path):

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from scripts.run_status import main, unigram_floor
@@ -55,7 +56,7 @@ def test_each_run_is_classified_against_the_floor_of_its_build(small_build, tmp_
                                                    [f"{diverged}:", "diverged"]]
     assert f"steps 60  final loss {floor * 0.5:.4f} (mean of the last 50)" in lines[0]
     assert f"floor {floor:.4f}" in lines[0]
-    assert lines[0].endswith("eval lm_loss nan  eval pass@2 nan")      # no evaluation logged
+    assert lines[0].endswith(f"floor {floor:.4f}  no evaluation yet")      # was "eval lm_loss nan  eval pass@2 nan"
 
 
 def test_the_last_evaluation_is_shown(small_build, tmp_path, capsys):
@@ -63,6 +64,36 @@ def test_the_last_evaluation_is_shown(small_build, tmp_path, capsys):
     run = write_run(tmp_path / "run", [0.1] * 40, small_build, evals=evals)
     assert main([str(run)]) == 0
     assert capsys.readouterr().out.rstrip().endswith("eval lm_loss 1.2500  eval pass@2 0.2500")
+
+
+def test_an_evaluation_without_pass_at_k_shows_its_loss_alone(small_build, tmp_path, capsys):
+    run = write_run(tmp_path / "run", [0.1] * 40, small_build, evals=[{"step": 40, "eval/lm_loss": 1.25}])
+    assert main([str(run)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("eval lm_loss 1.2500")     # eval_pass_k=[]: no "pass@2 nan"
+
+
+def test_the_runs_own_build_wins_over_one_of_the_same_name_in_the_working_directory(small_build, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """Both runs recorded data_path=data/b, relative to where they trained; run_status.py is run
+    from another project whose data/b is another build. Each run is classified against its own:
+    the first (default layout) by the folder above checkpoints/<project>/<run>, the second (a
+    checkpoint_path elsewhere) by the absolute path its checkpoint recorded."""
+    import shutil
+    import torch
+    from arc_data.build import BuildConfig, build
+    own = tmp_path / "a" / "data" / "b"
+    shutil.copytree(small_build, own)
+    elsewhere = tmp_path / "elsewhere"
+    build(BuildConfig(num_aug=1, limit_tasks=2, output_dir=str(elsewhere / "data" / "b")), progress=False)
+    default_layout = write_run(tmp_path / "a" / "checkpoints" / "p" / "r", [9.0] * 3, "data/b")
+    custom = write_run(tmp_path / "runs" / "r", [9.0] * 3, "data/b")
+    (custom / "step_3").mkdir()
+    torch.save({"data_path_resolved": str(own)}, custom / "step_3" / "trainer.pt")
+    monkeypatch.chdir(elsewhere)
+    assert main([str(default_layout), str(custom)]) == 0, capsys.readouterr().err
+    floor = unigram_floor(own)[0]
+    assert floor != pytest.approx(unigram_floor(elsewhere / "data" / "b")[0])
+    assert [f"floor {floor:.4f}" in line for line in capsys.readouterr().out.splitlines()] == [True, True]
 
 
 def test_data_option_stands_in_for_the_config(small_build, tmp_path, capsys):

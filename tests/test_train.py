@@ -688,6 +688,20 @@ def test_a_finished_run_whose_last_step_a_checkpoint_interval_saved_is_not_evalu
     assert [step for step, _ in eval_records(run)] == [6, 8]
 
 
+def test_a_run_ended_by_max_steps_on_an_iterations_last_batch_is_not_evaluated_twice(small_build, tmp_path):
+    """Seed 4: the first iteration has 5 batches and drops an incomplete sixth. A run stopped by
+    max_steps=5 evaluates at step 5; continued to max_steps=8 it must not evaluate step 5 again
+    (it did: the saved reader position still lay inside the first iteration's dropped tail)."""
+    run = tmp_path / "run"
+    settings = dict(TWO_ITERATIONS, seed=4)
+    Trainer(micro_config(small_build, run, **{**settings, "max_steps": 5}), CPU, progress=False).fit()
+    assert [step for step, _ in eval_records(run)] == [5]
+    resumed = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False)
+    resumed.fit()
+    assert [step for step, _ in eval_records(run)] == [5, 8]
+    assert [step for step, _ in resumed.history] == [6, 7, 8]
+
+
 @pytest.mark.parametrize("during_step", [6, 8], ids=["mid-run", "last"])
 def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_step, small_build, two_iterations,
                                                                         tmp_path):
@@ -1123,6 +1137,26 @@ def test_ranks_that_read_other_builds_are_refused_before_anything_is_written(sma
         gathered[0]["train"][:3] == (split.num_groups, split.num_puzzles, split.num_examples)
 
 
+def test_a_test_split_of_another_build_is_refused_before_training(small_build, tmp_path):
+    """The model's identifier table is sized by the train split: a test split copied in from a
+    build with more puzzles failed with an IndexError in the embedding at the first evaluation,
+    after the whole interval's training."""
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(small_build, data)
+    meta_path = data / "test" / "dataset.json"
+    meta = json.loads(meta_path.read_text())
+    table = meta["num_puzzle_identifiers"]
+    meta_path.write_text(json.dumps({**meta, "num_puzzle_identifiers": table + 10}))
+    ids = np.load(data / "test" / "all__puzzle_identifiers.npy")
+    ids[-1] = table + 5
+    np.save(data / "test" / "all__puzzle_identifiers.npy", ids)
+    with pytest.raises(ValueError, match=rf"^{meta_path}: num_puzzle_identifiers {table + 10} \(train: {table}\): "
+                                         rf"the test split does not belong to the same build"):
+        Trainer(micro_config(data, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_build_without_test_examples_is_warned_of(small_build, tmp_path, capsys):
     """A build from sources without an `evaluation` subset (ConceptARC's folders given as
     --source-dir) trains, but every evaluation would measure nothing: say so at the start."""
@@ -1405,6 +1439,12 @@ def test_a_run_estimated_at_zero_steps_is_refused_before_its_folder_is_made(smal
 def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
     assert sorted(losses_by_step(tmp_path / "run")) == [3, 4]
+    # a run ended by its epochs (as every full run is: the step estimate is high): seed 4 draws 5
+    # batches in its one epoch, estimated at 7 steps; step 5 went unlogged
+    ended = Trainer(micro_config(small_build, tmp_path / "epochs", epochs=1, eval_interval=None, max_steps=None,
+                                 seed=4, log_interval=2, eval_save_predictions=False), CPU, progress=False)
+    assert ended.fit()["step"] == 5 and ended.stop_step == 7
+    assert sorted(losses_by_step(tmp_path / "epochs")) == [2, 4, 5]
 
 
 def test_a_local_rank_beyond_the_visible_gpus_is_named(monkeypatch):
