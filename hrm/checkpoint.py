@@ -133,7 +133,7 @@ def load_model(path: str, map_location="cpu", verbose: bool = False, payload: di
     if not is_our_format(payload):
         raise CheckpointError(f"{path} is not a {FORMAT} checkpoint (for checkpoints of the original "
                               f"HRM code use load_original_checkpoint)")
-    arch = ArchConfig(**payload["arch"])
+    arch = checked_arch(payload.get("arch"), f"{path}: ")
     model = HRM(arch, verbose=verbose, **payload["dims"])
     load_state_strict(model, payload["state"])
     saved = payload.get("scaling")
@@ -216,11 +216,20 @@ def arch_from_original_config(config: dict) -> ArchConfig:
     fields.update(name="hrm_v1", loss_type=_ORIGINAL_LOSS_NAMES[loss_type])
     fields.setdefault("forward_dtype", "auto")  # the original ran bfloat16 on GPU: auto does too
     fields.setdefault("puzzle_emb_ndim", 0)     # the original's default (ours follows hidden_size)
+    return checked_arch(fields)
+
+
+def checked_arch(fields, where: str = "") -> ArchConfig:
+    """The ArchConfig of a checkpoint's `arch` fields, or a CheckpointError with one line per field
+    pydantic refuses (its own message runs to many lines), after `where`: a checkpoint of a later
+    version (a field this one does not know) or of a combination this version refuses."""
+    if not isinstance(fields, dict):
+        raise CheckpointError(f"{where}arch is {type(fields).__name__}, not the mapping of fields a checkpoint holds")
     try:
         return ArchConfig(**fields)
-    except ValidationError as e:   # pydantic's message runs to many lines: one line per field here
-        raise CheckpointError("; ".join(f"arch.{'.'.join(map(str, err['loc'])) or '*'}: {err['msg']}"
-                                        for err in e.errors())) from None
+    except ValidationError as e:
+        raise CheckpointError(where + "; ".join(f"arch.{'.'.join(map(str, err['loc'])) or '*'}: {err['msg']}"
+                                                for err in e.errors())) from None
 
 
 def _original_seq_len(config: dict, state: dict, arch: ArchConfig) -> int | None:
