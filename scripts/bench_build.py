@@ -3,7 +3,7 @@
 Runs `build_arc.py` in a fresh process and prints one JSON line:
 {"seconds": wall time, "peak_rss_mb": the build process's peak RSS, "train_examples": ..., "digest": ...}
 
-  python scripts/bench_build.py --extra-dir ../shared/data/ConceptARC/corpus [--num-aug 1000] [--keep]
+  python scripts/bench_build.py --extra-dir ../shared/data/ConceptARC/corpus [--num-aug 1000] [--keep --output-dir DIR]
 """
 from __future__ import annotations
 
@@ -28,8 +28,11 @@ def main() -> None:
     p.add_argument("--num-aug", type=int, default=1000)
     p.add_argument("--output-dir", help="a new folder for the build, removed afterwards unless --keep "
                                         "(default: a temporary folder under data/)")
-    p.add_argument("--keep", action="store_true", help="keep the build")
+    p.add_argument("--keep", action="store_true", help="keep the build (in --output-dir)")
     args = p.parse_args()
+    if args.keep and not args.output_dir:
+        # it would be kept in a temporary folder of a random name, said nowhere
+        p.error("--keep needs --output-dir: the folder to keep the build in")
     # the builds run from the repository root: the paths as meant from here
     args.extra_dir = [str(Path(d).resolve()) for d in args.extra_dir]
     args.output_dir = str(Path(args.output_dir).resolve()) if args.output_dir else None

@@ -30,3 +30,10 @@ def test_an_existing_output_dir_is_refused_and_left_alone(tmp_path):
                           "--output-dir", str(kept)], capture_output=True, text=True, cwd=tmp_path)
     assert ran.returncode == 2 and f"--output-dir {kept} exists" in ran.stderr, ran.stderr
     assert (kept / "manifest.json").read_text() == "{}"
+
+
+def test_keep_without_an_output_dir_is_refused(tmp_path):
+    """--keep alone kept the build in a temporary folder of a random name, said nowhere."""
+    ran = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_build.py"), "--num-aug", "1", "--keep"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert ran.returncode == 2 and "--keep needs --output-dir" in ran.stderr, ran.stderr
