@@ -110,6 +110,10 @@ def paper_recipe(args) -> Recipe:
     work = args.work or Path("checkpoints/compare_paper")
     build = args.data or Path("data/arc-aug-1000")
     extra_dir = None if (build / "manifest.json").is_file() else Path(args.extra_dir or PAPER_EXTRA_DIR)
+    if args.extra_dir and extra_dir is None:   # else the comparison runs on a build without it, unsaid
+        print(f"compare.py: note: --extra-dir {args.extra_dir} is not used: {build} is built already "
+              f"(remove it, or build it again with build_arc.py --overwrite, to make it with these tasks)",
+              file=sys.stderr, flush=True)
     launcher = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc)]
     common = [f"seed={args.seed}"] + ([f"max_steps={args.steps}"] if args.steps else []) \
         + ([f"lr={exact_text(args.lr)}"] if args.lr else []) + args.set

@@ -69,6 +69,17 @@ def test_report_reads_runs_it_cannot_write_to(tmp_path, monkeypatch, capsys):
     assert e.value.code == 2 and f"no permission to write in {work}" in capsys.readouterr().err
 
 
+def test_an_extra_dir_for_a_build_that_exists_is_said_unused(small_build, capsys):
+    """--extra-dir names the tasks to build with; with the build already there it was dropped unsaid,
+    and the comparison ran on a build without them."""
+    assert compare.main(["--preset", "paper", "--data", str(small_build), "--extra-dir", "ConceptARC/corpus"]) == 0
+    captured = capsys.readouterr()
+    assert f"--extra-dir ConceptARC/corpus is not used: {small_build} is built already" in captured.err
+    assert "--output-dir" not in captured.out     # the printed recipe makes no build
+    compare.main(["--preset", "paper", "--data", str(small_build)])
+    assert capsys.readouterr().err == ""
+
+
 def test_paper_recipe_prints_the_8_gpu_commands(capsys):
     assert compare.main(["--preset", "paper"]) == 0
     script = capsys.readouterr().out
