@@ -68,6 +68,7 @@ def launch(hydra_config: DictConfig) -> None:
 
     from hrm.distributed import AgreedOnEveryRank, init_distributed, shutdown
     from hrm.train import Trainer, TrainingDiverged, TrainingStopped
+    from hrm.train_checkpoint import CheckpointNotSaved
 
     try:
         info = init_distributed(config.device)
@@ -114,6 +115,10 @@ def launch(hydra_config: DictConfig) -> None:
             sys.exit(EXIT_DIVERGED)
         diverged_jobs.append(trainer.run_name)   # a sweep goes on with its next job
         finished = True
+    except CheckpointNotSaved as e:   # a full disk: every rank raised it, with one message
+        agreed = True
+        say_once_per_node(f"error: {e}")
+        sys.exit(1)
     except TrainingStopped as e:   # SIGTERM: every rank stopped after the same step, which is saved
         agreed = True
         say_once_per_node(f"{e}{later_jobs(config, trainer, tag)}")

@@ -20,6 +20,7 @@ weights; seq_len from the learned position table if any, else from
 Public API
 ----------
 ``save_model(path, model, extra=None)``
+``write_atomic(path, payload)``            torch.save via `<path>.tmp`, fsync'd, then renamed
 ``load_model(path, map_location="cpu", verbose=False, payload=None) -> (HRM, extra)``
 ``is_our_format(payload) -> bool``
 ``load_state_strict(model, state)``        strict load with named errors
@@ -93,9 +94,28 @@ def save_model(path: str, model: HRM, extra: dict | None = None) -> None:
         "extra": extra or {},
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_atomic(path, payload)
+
+
+def write_atomic(path, payload) -> None:
+    """torch.save `payload` to `path` + '.tmp', on disk (fsync), then renamed over `path`: a crash
+    leaves the old file or the whole new one, never a half-written one under the real name, nor a
+    renamed one whose bytes were still in the page cache. Written through a Python file: on a full
+    disk torch's own file writer fails with 'unexpected pos 704 vs 598', a file object with
+    OSError 'No space left on device'. A write that fails removes its .tmp (the space it took)."""
     tmp = f"{path}.tmp"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)  # never leave a half-written checkpoint under the real name
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.replace(tmp, path)
 
 
 def load_state_strict(model: torch.nn.Module, state: dict) -> None:

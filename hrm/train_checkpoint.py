@@ -11,7 +11,9 @@ A checkpoint is written into `.step_<N>.tmp/` and renamed once every rank has wr
 a killed run never leaves a half-written `step_<N>/`. A step saved again (a resumed run re-reaching
 it) takes two renames, `step_<N>` -> `.step_<N>.old` then `.step_<N>.tmp` -> `step_<N>`: a kill
 between them leaves no `step_<N>/`, but a complete `.step_<N>.tmp/`, which counts as step N (see
-unrenamed_saves) until the next start puts it in place. Every file holds only tensors and plain
+unrenamed_saves) until the next start puts it in place. keep_checkpoints renames a step it prunes
+to `.step_<N>.pruned` before deleting it. A save that fails on any rank (a full disk) fails on every
+rank (CheckpointNotSaved), its `.tmp` removed; every file is fsync'd before the renames. Every file holds only tensors and plain
 containers and loads with `torch.load(weights_only=True)`.
 """
 from __future__ import annotations
@@ -19,12 +21,14 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 from pathlib import Path
 
 import torch
 
-from hrm.checkpoint import CheckpointError, load_state_strict, read_torch_file, recorded_build, save_model
-from hrm.distributed import DistInfo, barrier
+from hrm.checkpoint import (CheckpointError, load_state_strict, read_torch_file, recorded_build, save_model,
+                            write_atomic)
+from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome, barrier
 from hrm.model import Carry
 from hrm.pretrain_config import command_line_arg
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves
@@ -62,12 +66,27 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def _write_atomic(path: Path, payload) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+class CheckpointNotSaved(RuntimeError):
+    """A save that failed on some rank (a full disk, a quota, a write error), raised by every rank:
+    nothing of it is kept, and the run's earlier checkpoints are as they were."""
+
+
+def _remove(folder: Path, aside: Path | None = None) -> None:
+    """Delete a folder no longer wanted, renamed to `aside` first when given (one step, so that a
+    kill during the slow deletion leaves no half-deleted `step_<N>/`, which could still look like a
+    checkpoint, or no longer be one that pruning finds). A failure (a file held open on NFS, one
+    owned by another user) is said, not raised: the checkpoint just saved is in place, and losing
+    the run over housekeeping would be worse than a folder left behind."""
+    try:
+        if aside is not None:
+            if aside.exists():   # one an earlier removal could not finish
+                shutil.rmtree(aside, ignore_errors=True)
+            os.replace(folder, aside)
+            folder = aside
+        shutil.rmtree(folder)
+    except OSError as e:
+        print(f"warning: could not remove {folder} after saving ({e}); delete it by hand",
+              file=sys.stderr, flush=True)
 
 
 def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, reader_state: dict, carry,
@@ -95,20 +114,24 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         raise RuntimeError(f"rank {info.rank} on {socket.gethostname()} does not see {tmp.resolve()}, which rank 0 "
                            f"made: every rank saves into the run folder, so with several nodes it must be on a "
                            f"filesystem they all share (set checkpoint_path to a folder there)")
-    _write_atomic(tmp / f"rank_{info.rank}.pt", {"format": FORMAT, "carry": _carry_to_dict(carry), "rng": _rng_state()})
-    if info.is_main:
-        save_model(str(tmp / "model.pt"), model, extra={"step": step, "data": data})
-        _write_atomic(tmp / "trainer.pt", {
-            "format": FORMAT, "step": step, "world_size": info.world_size, "config": config,
-            "scaling": model.scaling, "reader": reader_state, "evaluated_iterations": evaluated_iterations,
-            "final_evaluation_pending": final_evaluation_pending, "data": data, "run_name": run_name,
-            # the config keeps data_path as typed (often relative to where training ran); this one
-            # finds the build from anywhere (predict.py)
-            "data_path_resolved": str(Path(config["data_path"]).resolve()) if config.get("data_path") else None,
-            "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
-        })
-    barrier(info)
-    if info.is_main:
+    def write_parts() -> None:
+        write_atomic(tmp / f"rank_{info.rank}.pt", {"format": FORMAT, "carry": _carry_to_dict(carry),
+                                                    "rng": _rng_state()})
+        if info.is_main:
+            save_model(str(tmp / "model.pt"), model, extra={"step": step, "data": data})
+            write_atomic(tmp / "trainer.pt", {
+                "format": FORMAT, "step": step, "world_size": info.world_size, "config": config,
+                "scaling": model.scaling, "reader": reader_state, "evaluated_iterations": evaluated_iterations,
+                "final_evaluation_pending": final_evaluation_pending, "data": data, "run_name": run_name,
+                # the config keeps data_path as typed (often relative to where training ran); this one
+                # finds the build from anywhere (predict.py)
+                "data_path_resolved": str(Path(config["data_path"]).resolve()) if config.get("data_path") else None,
+                "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+            })
+
+    def put_in_place() -> None:
+        if not info.is_main:
+            return
         stale = None
         if final.exists():  # the same step written again (e.g. a resumed run re-reaching it)
             # set aside, not deleted first: the new one takes its place at once, and the deletion
@@ -122,15 +145,31 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         pointer.write_text(final.name)
         os.replace(pointer, run_dir / "latest")
         if stale is not None:
-            shutil.rmtree(stale)
+            _remove(stale)
         if keep > 0:
             # this step and the keep-1 before it; never the one just written, nor the later steps
             # of a line this run branched off in its own folder (resumed from an earlier step): by
             # step number they would be the newest, and the new `latest` would name a pruned folder
             earlier = [c for c in list_checkpoints(run_dir) if checkpoint_step(c) < step]
             for old in earlier[:max(len(earlier) - (keep - 1), 0)]:
-                shutil.rmtree(old)
-    barrier(info)
+                _remove(old, aside=run_dir / f".step_{checkpoint_step(old)}.pruned")
+
+    # Each stage's outcome is exchanged (in place of a barrier): a rank whose write fails (a full
+    # disk, a quota) would otherwise leave the others waiting in the next collective until a timeout
+    try:
+        agree_on_outcome(write_parts, info, refusals=(OSError,))
+    except (RefusedOnEveryRank, MissingOnEveryRank) as e:
+        if info.is_main:   # every rank is done with it; on a full disk, the space it took is needed
+            shutil.rmtree(tmp, ignore_errors=True)
+        pointer = run_dir / "latest"
+        latest = f" (latest: {pointer.read_text().strip()})" if pointer.is_file() else ""
+        raise CheckpointNotSaved(f"cannot save step {step} into {run_dir}: {e}; what it had written is removed, "
+                                 f"and the run's checkpoints are as they were{latest}") from None
+    try:
+        agree_on_outcome(put_in_place, info, refusals=(OSError,))
+    except (RefusedOnEveryRank, MissingOnEveryRank) as e:
+        raise CheckpointNotSaved(f"cannot put the save of step {step} in place in {run_dir}: {e}; resume=latest "
+                                 f"continues from the newest complete checkpoint there") from None
     return final
 
 
@@ -153,15 +192,15 @@ def finish_unrenamed_saves(run_dir: str | Path) -> dict[Path, Path]:
 
 
 def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
-    """Remove the `.step_<N>.tmp/` folders (and `.latest.tmp`, and the `.step_<N>.old/` of a step
-    saved again) that a run killed while saving left behind, and return their names. Each is as big
+    """Remove the `.step_<N>.tmp/` folders (and `.latest.tmp`, the `.step_<N>.old/` of a step saved
+    again, the `.step_<N>.pruned/` of one keep_checkpoints removes) that a run killed while saving left behind, and return their names. Each is as big
     as a checkpoint, never read, and otherwise only replaced if the run saves that same step again.
     Only for the process holding the run folder, after finish_unrenamed_saves (or a complete save
     left unrenamed would go too)."""
     run_dir = Path(run_dir)
     removed = []
     for leftover in (sorted(run_dir.glob(".step_*.tmp")) + sorted(run_dir.glob(".step_*.old"))
-                     + sorted(run_dir.glob(".latest.tmp"))):
+                     + sorted(run_dir.glob(".step_*.pruned")) + sorted(run_dir.glob(".latest.tmp"))):
         if leftover.is_dir():
             shutil.rmtree(leftover)
         else:
