@@ -474,6 +474,17 @@ def test_an_eval_batch_larger_than_the_split_is_cut_to_it(tmp_path):
     assert EvalBatches(data, global_batch_size=4).local_batch_size == 4     # smaller: as asked
 
 
+@pytest.mark.parametrize("global_batch_size", [4, 8])
+def test_a_test_split_smaller_than_the_world_is_covered_once(tmp_path, global_batch_size):
+    """2 test rows over 4 ranks: one batch of one row each, the rows on ranks 0 and 1, padding alone on
+    ranks 2 and 3 (which still yield it: every rank must reach the evaluation's all-reduce)."""
+    data = load_split(write_build(tmp_path, [[2]], split="test"), "test")
+    ranks = [list(EvalBatches(data, global_batch_size=global_batch_size, rank=r, world_size=4)) for r in range(4)]
+    assert [len(batches) for batches in ranks] == [1, 1, 1, 1]
+    assert [batches[0]["puzzle_identifiers"].tolist() for batches in ranks] == [[1], [1], [0], [0]]
+    assert [row_ids(batches[0])[0] for batches in ranks[:2]] == [0, 1]
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 @pytest.mark.parametrize("global_batch_size", [6, 12, 24])
 def test_eval_covers_every_example_exactly_once(tmp_path, world_size, global_batch_size):

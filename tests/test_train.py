@@ -827,13 +827,20 @@ def test_resume_auto_starts_a_run_and_continues_it_with_the_same_command(small_b
 def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     no_explore = ["arch.halt_exploration_prob=0.0", "max_steps=4"]
+    # the accumulating run and the two ranks also keep their evaluation of step 4 (same weights): a
+    # batch of 6 over 40 test rows leaves a padded last batch, split over the ranks as 3 + 1 real rows
+    # (2 blank rows either way, so even q_halt_loss, which scores them, agrees)
+    evaluated = ["eval_batch_size=6", "eval_pass_k=[1,2]"]
     one, accum, two = tmp_path / "one", tmp_path / "accum", tmp_path / "two"
+
+    def saving_predictions(cmd: list[str]) -> list[str]:
+        return [arg for arg in cmd if arg != "eval_save_predictions=false"] + evaluated
     together(*[lambda cmd=cmd: subprocess.run(cmd, env=env, check=True, capture_output=True) for cmd in
                (pretrain_cmd(small_build, one, *no_explore),
-                pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2"))])
+                saving_predictions(pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2")))])
     worker = ROOT / "tests" / "dist_worker.py"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
-           str(worker), str(two)] + pretrain_cmd(small_build, two, *no_explore)[3:]
+           str(worker), str(two)] + saving_predictions(pretrain_cmd(small_build, two, *no_explore))[3:]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     rank0 = torch.load(two / "weights_rank0.pt", weights_only=True)
@@ -866,6 +873,44 @@ def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, 
     assert losses_by_step(accum) == losses_by_step(two)
     # and so is every logged metric (summed over micro-batches as over ranks, in float64)
     assert train_records(accum) == train_records(two)
+
+    # Its evaluation of those weights: the metrics summed over the ranks' real rows, then divided,
+    # are one process's, and so is pass@K voted over the two rank files; every test row is in
+    # exactly one of them, with the prediction one process makes for it.
+    [evaluation_two], [evaluation_one] = eval_metrics(two), eval_metrics(accum)
+    assert evaluation_two.keys() == evaluation_one.keys() >= {"eval/count", "eval/pass@1", "eval/q_halt_loss"}
+    assert evaluation_two["eval/count"] == evaluation_one["eval/count"] == 40
+    for key, value in evaluation_one.items():
+        assert evaluation_two[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    folder_two, folder_one = two / "predictions" / "step_4", accum / "predictions" / "step_4"
+    assert json.loads((folder_two / "info.json").read_text())["world_size"] == 2
+    rows_two = real_prediction_rows(folder_two, ranks=2)
+    rows_one = real_prediction_rows(folder_one, ranks=1)
+    assert len(rows_two) == len(rows_one) == 40 and rows_two.keys() == rows_one.keys()
+    for row, (preds, q_halt) in rows_one.items():
+        assert np.array_equal(rows_two[row][0], preds)
+        assert rows_two[row][1] == pytest.approx(q_halt, rel=1e-5, abs=1e-6)
+
+
+def eval_metrics(run_dir: Path) -> list[dict]:
+    return [{k: v for k, v in r.items() if k.startswith("eval/")}
+            for r in map(json.loads, (run_dir / "log.jsonl").read_text().splitlines()) if "eval/count" in r]
+
+
+def real_prediction_rows(folder: Path, ranks: int) -> dict:
+    """(identifier, input tokens) -> (preds, q_halt logit) of every real row of the folder's rank files;
+    a row in two places is an error."""
+    rows = {}
+    assert sorted(p.name for p in folder.glob("*.npz")) == [f"rank_{r}.npz" for r in range(ranks)]
+    for rank in range(ranks):
+        with np.load(folder / f"rank_{rank}.npz") as f:
+            for ident, inputs, preds, q_halt in zip(f["puzzle_identifiers"], f["inputs"], f["preds"],
+                                                    f["q_halt_logits"]):
+                if ident:
+                    key = (int(ident), inputs.tobytes())
+                    assert key not in rows, f"{folder}: a test row written twice"
+                    rows[key] = (preds, float(q_halt))
+    return rows
 
 
 def train_records(run_dir: Path) -> list[dict]:
