@@ -16,8 +16,10 @@ been checked (hrm/sweep.py). Each job's run name ends in
 its swept values: `<arch>-<time>-arch.scaling.p=0.3` by default, `<run_name>-arch.scaling.p=0.3` with
 run_name, `<checkpoint_path>/arch.scaling.p=0.3` with checkpoint_path (so `resume=latest` continues
 every job's own run, and starts afresh a job without a checkpoint). A diverged job is recorded
-(diverged.json) without stopping the others; the sweep exits 3 at the end. Under torchrun the jobs
-share one process group, and an error on any rank stops the sweep (torchrun stops every rank).
+(diverged.json) without stopping the others; the sweep exits 3 at the end. A job that fails with an
+error (out of memory, say) prints its traceback and the sweep goes on; it exits 1 at the end, naming
+the failed jobs. Under torchrun the jobs share one process group, and an error on any rank stops the
+sweep (torchrun stops every rank).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from hrm.sweep import (fresh_if_nothing_to_resume, is_multirun, launcher_log_on_
 
 EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_STOPPED = 3, 130, 143   # 130, 143: as a shell reports Ctrl-C, SIGTERM
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
+failed_jobs: list[str] = []     # a single-process multirun's jobs that raised an error, for its exit status
 
 
 @hydra.main(config_path="configs", config_name="cfg_pretrain", version_base=None)
@@ -135,6 +138,17 @@ def launch(hydra_config: DictConfig) -> None:
             # a hang until the NCCL timeout). Stop this process instead: torchrun then stops the rest.
             traceback.print_exc()
             sys.exit(1)
+        if is_multirun():
+            # Hydra would keep the exception until the sweep's end, silent meanwhile, and then raise
+            # only the first job's: a later failure was never told, nor the diverged jobs; and the
+            # exception's frames held the failed job's model and optimizer (GPU memory, for a job
+            # out of memory) through every later job. Told now, and the sweep goes on.
+            traceback.print_exc()
+            number = f"#{HydraConfig.get().job.num}"    # failed before its run was named: Hydra's job number
+            failed_jobs.append(trainer.run_name if trainer is not None else f"{number} ({tag})" if tag else number)
+            print(f"pretrain.py: error: the sweep's job {failed_jobs[-1]} failed (traceback above); the sweep goes "
+                  f"on with any later job", file=sys.stderr, flush=True)
+            return
         raise
     finally:
         # A sweep keeps its process group for the next job: a group destroyed and made again on
@@ -310,7 +324,11 @@ if __name__ == "__main__":
     launch()
     from hrm.distributed import shutdown
     shutdown(wait_for_peers=True)   # a sweep's process group, kept across its jobs (no-op otherwise)
+    if failed_jobs:
+        print(f"pretrain.py: {len(failed_jobs)} job(s) of the sweep failed with an error: {', '.join(failed_jobs)}",
+              file=sys.stderr)
     if diverged_jobs:
         print(f"pretrain.py: {len(diverged_jobs)} run(s) of the sweep diverged: {', '.join(diverged_jobs)}",
               file=sys.stderr)
-        sys.exit(EXIT_DIVERGED)
+    if failed_jobs or diverged_jobs:
+        sys.exit(1 if failed_jobs else EXIT_DIVERGED)

@@ -228,6 +228,32 @@ def jobs_share_a_run(config: PretrainConfig, swept: set[str]) -> str | None:
             f"(<run_name>-<its swept values>)")
 
 
+def shared_run_folders(folders: dict[str, str | None]) -> dict[str, list[str]]:
+    """Jobs that would train in one run folder, by the problem to tell: `folders` maps each job
+    (its label) to the run folder it writes to, or None when that cannot be told from here. Two
+    jobs whose swept values read the same as Hydra writes them (`lr=1e-3,0.001`, `p=0.5,0.50`, a
+    value given twice) get one tag, so one run name: the second would be refused once the first
+    has saved (or, with resume=latest, would find the first's run finished), stopping the sweep
+    hours in, with the jobs after it not run."""
+    by_folder: dict[str, list[str]] = {}
+    for job, folder in folders.items():
+        if folder is not None:
+            by_folder.setdefault(folder, []).append(job)
+    return {f"these jobs would all train in {folder}, one after the other (their swept values read the "
+            f"same as Hydra writes them): give each value once": jobs
+            for folder, jobs in by_folder.items() if len(jobs) > 1}
+
+
+def job_run_folder(config: PretrainConfig, tag: str, job_chdir: bool = False) -> str | None:
+    """The run folder a job of the sweep writes to (hrm.train.run_folder), a default run name shown
+    as `<arch>-<time>` (the sweep's start, the same for all its jobs, not read here); None for a
+    relative one of a job that changes directory (hydra.job.chdir: per job, not told from here)."""
+    from hrm.train import run_folder
+    folder = run_folder(config.project_name, config.run_name or f"{config.arch.name}-<time>",
+                        config.checkpoint_path, config.data_path, tag)
+    return None if job_chdir and not folder.is_absolute() else str(folder)
+
+
 def tell_problems(by_problem: dict[str, list[str]], total: int, noun: str, named: int = 5) -> list[str]:
     """Each problem once, after whom it concerns: `every <noun>` when all `total` share it, else
     the first `named` of them and how many more."""
@@ -265,8 +291,8 @@ def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> Pretra
 class CheckEveryJob(Callback):
     """Before a sweep's first job: every job's config must compose and validate (the world size
     included), a job that starts afresh must not find checkpoints in its run folder, and jobs must
-    not share one run (jobs_share_a_run), or the sweep stops with exit 2, naming each bad job,
-    having run nothing."""
+    not share one run (jobs_share_a_run) nor one run folder (shared_run_folders), or the sweep stops
+    with exit 2, naming each bad job, having run nothing."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Hydra turns a callback's exception into a warning and goes on: say plainly that the check
@@ -306,21 +332,26 @@ class CheckEveryJob(Callback):
             those its command line gives (hrm/resume_settings.py)."""
             from hrm.resume_settings import resume_with_saved_settings
             return resume_with_saved_settings(values, list(HydraConfig.get().overrides.task), sweep_tag(values))[0]
+        folders: dict[str, str | None] = {}     # each valid job's run folder
         before = HydraConfig.instance().cfg
         try:
             for i, job in enumerate(jobs):
                 checked = validated_config(lambda: compose_job(i, job), world_size, known=config,
                                            settings=job_settings)
+                label = f"#{i} ({' '.join(o for o in job if o.split('=', 1)[0] in swept)})"
+                if isinstance(checked, str):
+                    by_problem.setdefault(checked, []).append(label)
+                    continue
                 # the job's HydraConfig is set: its tag is the one the job's sweep_tag() will give
-                problem = checked if isinstance(checked, str) else \
-                    checkpoints_in_the_way(checked, sweep_tag(checked.model_dump()),
-                                           bool(HydraConfig.get().job.chdir)) or jobs_share_a_run(checked, swept)
+                tag, chdir = sweep_tag(checked.model_dump()), bool(HydraConfig.get().job.chdir)
+                folders[label] = job_run_folder(checked, tag, chdir)
+                problem = checkpoints_in_the_way(checked, tag, chdir) or jobs_share_a_run(checked, swept)
                 if problem:
-                    values = " ".join(o for o in job if o.split("=", 1)[0] in swept)
-                    by_problem.setdefault(problem, []).append(f"#{i} ({values})")
+                    by_problem.setdefault(problem, []).append(label)
         finally:
             HydraConfig.instance().cfg = before     # the launcher sets each job's when it runs it
+        by_problem.update(shared_run_folders(folders))
         if by_problem:
-            bad = sum(len(v) for v in by_problem.values())
+            bad = len({job for who in by_problem.values() for job in who})     # a job may have two problems
             exit_bad_config("\n".join([f"invalid sweep: {bad} of its {len(jobs)} jobs cannot run; none was started",
                                        *tell_problems(by_problem, len(jobs), "job")]))

@@ -1676,6 +1676,47 @@ def test_the_sweep_check_resolves_hydra_interpolations_as_the_jobs_will(small_bu
         assert not (tmp_path / "runs").exists() and not (tmp_path / "checkpoints").exists()
 
 
+def test_jobs_that_would_share_a_run_folder_stop_the_sweep_before_it_starts(small_build, tmp_path):
+    """Hydra writes `lr=1e-3` and `lr=0.001` alike, so both jobs got one tag, one run folder: the
+    second was refused (exit 2) once the first had trained, hours in, and the jobs after it never
+    ran. Named before the first job; the job of its own (lr=0.002) is not."""
+    run = subprocess.run(sweep_cmd(small_build, "lr=1e-3,0.001,2e-3"), cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, WANDB_MODE="disabled"))
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "invalid sweep: 2 of its 3 jobs cannot run; none was started" in run.stderr, run.stderr[-3000:]
+    assert "job #0 (lr=0.001), #1 (lr=0.001):" in run.stderr and "#2" not in run.stderr
+    assert f"would all train in {Path('checkpoints', 'sweep', 'micro-<time>-lr=0.001')}" in run.stderr
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_failed_job_of_a_single_process_sweep_is_told_when_it_fails(small_build, tmp_path):
+    """A job raising an error (out of memory, say; here an injected one at the first step): Hydra
+    kept it silent until the sweep's end, then raised the first failed job's alone, so the second
+    failure and the diverged job were never told. Each failure is told as it happens, the sweep
+    goes on, and it ends naming the failed and diverged jobs, with exit 1."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import hrm.train\n"
+        "step = hrm.train.Trainer.train_step\n"
+        "def failing(self, batch):\n"
+        "    if self.config.lr in (2e-3, 3e-3):\n"
+        "        raise RuntimeError(f'injected failure lr={self.config.lr}')\n"
+        "    return step(self, batch)\n"
+        "hrm.train.Trainer.train_step = failing\n")
+    env = dict(os.environ, WANDB_MODE="disabled",
+               PYTHONPATH=os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run(sweep_cmd(small_build, "lr=2e-3,1e30,3e-3", "run_name=r"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=240, env=env)
+    err = run.stderr
+    assert run.returncode == 1, err[-3000:]
+    assert err.index("RuntimeError: injected failure lr=0.002") < err.index("training diverged") \
+        < err.index("RuntimeError: injected failure lr=0.003"), err[-3000:]
+    assert "the sweep's job r-lr=0.002 failed (traceback above)" in err
+    assert "2 job(s) of the sweep failed with an error: r-lr=0.002, r-lr=0.003" in err
+    assert "1 run(s) of the sweep diverged: r-lr=1e+30" in err
+
+
 def test_config_dir_comes_after_the_projects_configs_as_in_hydra(small_build, tmp_path, capsys):
     """A --config-dir holding its own cfg_pretrain.yaml does not shadow the project's (Hydra's order):
     a key only that copy has is unknown, exit 2 from the check, not a pass then Hydra's exit 1."""
