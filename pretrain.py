@@ -71,6 +71,7 @@ def launch(hydra_config: DictConfig) -> None:
 
     from hrm.distributed import AgreedOnEveryRank, init_distributed, shutdown
     from hrm.train import Trainer, TrainingDiverged, TrainingStopped
+    from hrm.evaluation import PredictionsNotWritten
     from hrm.train_checkpoint import CheckpointNotSaved
 
     try:
@@ -118,7 +119,7 @@ def launch(hydra_config: DictConfig) -> None:
             sys.exit(EXIT_DIVERGED)
         diverged_jobs.append(trainer.run_name)   # a sweep goes on with its next job
         finished = True
-    except CheckpointNotSaved as e:   # a full disk: every rank raised it, with one message
+    except (CheckpointNotSaved, PredictionsNotWritten) as e:   # a full disk: every rank raised it, one message
         agreed = True
         say_once_per_node(f"error: {e}")
         sys.exit(1)

@@ -35,7 +35,7 @@ from hrm.checkpoint import (CheckpointError, is_our_format, load_model, load_ori
                             recorded_build)
 from hrm.checkpoint import read_torch_file as read_checkpoint_file  # noqa: E402
 from hrm.distributed import check_device, init_distributed, shutdown, switch_on, uses_cuda  # noqa: E402
-from hrm.evaluation import compiled_segment, evaluate, write_predictions  # noqa: E402
+from hrm.evaluation import PredictionsNotWritten, compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.pretrain_config import let_the_speaker_finish, say_once_per_node  # noqa: E402
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves  # noqa: E402
@@ -272,7 +272,13 @@ def main(argv=None) -> int:
         compile_segment = switch_on(args["compile"], auto=info.device.type == "cuda")
         metrics, arrays = evaluate(ACTLossHead(model), batches, info, progress=True,
                                    segment=compiled_segment(model) if compile_segment else None)
-        write_predictions(out_dir, arrays, info, data_path=data_path, step=step, checkpoint=str(args["checkpoint"]))
+        try:
+            write_predictions(out_dir, arrays, info, data_path=data_path, step=step,
+                              checkpoint=str(args["checkpoint"]))
+        except PredictionsNotWritten as e:   # every rank raised it (a full disk): said once
+            say_once_per_node(f"error: {e}", program="predict.py")
+            let_the_speaker_finish()
+            return 1
         if info.is_main:
             # q_halt_loss scores the blank rows padding the last batch (as HRM logs it): it moves with
             # batch_size and the number of processes, so it is not shown among what the model did

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from hrm.distributed import DistInfo, all_reduce_sum_, barrier
+from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome, all_reduce_sum_
 
 
 _EMPTY = {"puzzle_identifiers": np.zeros(0, np.int32), "inputs": np.zeros((0, 900), np.uint8),
@@ -118,33 +118,52 @@ def score_predictions(folder: Path, split, ks) -> dict[str, float]:
     return scores
 
 
+class PredictionsNotWritten(RuntimeError):
+    """Writing an evaluation's predictions failed on some rank (a full disk, a folder without write
+    permission), raised by every rank alike: the folder holds no info.json, so no vote reads it."""
+
+
 def write_predictions(out_dir: str | Path, arrays: dict, info: DistInfo, *, data_path: str, step: int | None,
                       checkpoint: str | None) -> Path:
     """Collective: each rank writes its file, then rank 0 writes info.json (its presence marks the
     folder complete). An earlier evaluation in the same folder (the trainer's on 8 GPUs, then
     predict.py on one) is replaced whole: its info.json and any rank file past this world size go
-    first, so a vote never mixes the two."""
+    first, so a vote never mixes the two. A write that fails on any rank fails on every rank
+    (PredictionsNotWritten), each stage's outcome exchanged where a barrier would leave the others
+    waiting for the failed rank until the collective's timeout."""
     out_dir = Path(out_dir)
-    if info.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "info.json").unlink(missing_ok=True)
-        # by exact name, not by parsing the number: `rank_01` would pass for rank 1, and `rank_²`
-        # passes isdigit() but not int()
-        ours = {f"rank_{r}.npz" for r in range(info.world_size)}
-        for old in out_dir.glob("rank_*.npz"):
-            if old.name not in ours:
-                old.unlink()
-    barrier(info)
-    path = out_dir / f"rank_{info.rank}.npz"
-    tmp = out_dir / f".rank_{info.rank}.tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-    barrier(info)
-    if info.is_main:
-        meta = {"data_path": str(Path(data_path).resolve()), "step": step, "world_size": info.world_size,
-                "checkpoint": checkpoint}
-        tmp_info = out_dir / ".info.json.tmp"
-        tmp_info.write_text(json.dumps(meta, indent=1) + "\n")
-        os.replace(tmp_info, out_dir / "info.json")
-    barrier(info)
+
+    def clear() -> None:
+        if info.is_main:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "info.json").unlink(missing_ok=True)
+            # by exact name, not by parsing the number: `rank_01` would pass for rank 1, and `rank_²`
+            # passes isdigit() but not int()
+            ours = {f"rank_{r}.npz" for r in range(info.world_size)}
+            for old in out_dir.glob("rank_*.npz"):
+                if old.name not in ours:
+                    old.unlink()
+
+    def write_rank_file() -> None:
+        tmp = out_dir / f".rank_{info.rank}.tmp.npz"
+        try:
+            np.savez(tmp, **arrays)
+        except BaseException:
+            tmp.unlink(missing_ok=True)    # on a full disk, the space it took is what is lacking
+            raise
+        os.replace(tmp, out_dir / f"rank_{info.rank}.npz")
+
+    def write_info() -> None:
+        if info.is_main:
+            meta = {"data_path": str(Path(data_path).resolve()), "step": step, "world_size": info.world_size,
+                    "checkpoint": checkpoint}
+            tmp_info = out_dir / ".info.json.tmp"
+            tmp_info.write_text(json.dumps(meta, indent=1) + "\n")
+            os.replace(tmp_info, out_dir / "info.json")
+
+    for stage in (clear, write_rank_file, write_info):
+        try:
+            agree_on_outcome(stage, info, refusals=(OSError,))
+        except (RefusedOnEveryRank, MissingOnEveryRank) as e:
+            raise PredictionsNotWritten(f"cannot write the predictions into {out_dir}: {e}") from None
     return out_dir

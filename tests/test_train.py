@@ -2082,3 +2082,27 @@ def test_pretrain_says_a_save_that_fills_the_disk_in_one_line(small_build, tmp_p
     assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
     said = [line for line in ran.stderr.splitlines() if "cannot save step 1" in line]
     assert len(said) == 1 and said[0].startswith(f"pretrain.py: error: cannot save step 1 into {run}: "), ran.stderr
+
+
+def test_predictions_that_fail_on_one_rank_fail_on_every_rank_at_once(tmp_path):
+    """Rank 1's disk fills while it writes its predictions: rank 0 waited at the next barrier for
+    it (half an hour under gloo) while rank 1 died with numpy's traceback. Both raise the same
+    error naming rank 1, and the folder holds neither info.json (no vote reads it) nor a .tmp."""
+    script = ("import errno, sys, numpy as np; sys.path[:0] = [sys.argv[1]]; "
+              "from hrm.distributed import init_distributed, shutdown; "
+              "from hrm.evaluation import _EMPTY, PredictionsNotWritten, write_predictions; "
+              "info = init_distributed('cpu')\n"
+              "def full(path, **arrays):\n"
+              "    open(path, 'wb').write(b'PK' * 512)\n"
+              "    raise OSError(errno.ENOSPC, 'No space left on device', str(path))\n"
+              "if info.rank == 1: np.savez = full\n"
+              "try: write_predictions(sys.argv[2], dict(_EMPTY), info, data_path='.', step=3, checkpoint=None)\n"
+              "except PredictionsNotWritten as e: print('failed:', e)\n"
+              "shutdown(wait_for_peers=True)")
+    out = tmp_path / "predictions"
+    ranks = run_ranks([sys.executable, "-c", script, str(ROOT), str(out)], tmp_path, dict(os.environ, OMP_NUM_THREADS="1"),
+                      port=29543, timeout=120)
+    assert [r.returncode for r in ranks] == [0, 0], "".join(r.stderr for r in ranks)[-3000:]
+    for r in ranks:
+        assert f"failed: cannot write the predictions into {out}: rank 1: [Errno 28] No space left" in r.stdout, r.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["rank_0.npz"]
