@@ -241,6 +241,11 @@ def main(argv=None) -> int:
         out_dir = Path(args.get("output_dir") or out)
         if "output_dir" not in args:   # the default, known only now: still before the evaluation
             check_output_folder(out_dir, "the predictions folder", hint="; pass output_dir=DIR for another")
+            if (out_dir / "info.json").is_file() and int(os.environ.get("RANK", "0")) == 0:
+                # training's own evaluation of this step, as a rule: equal on the same device and
+                # settings, not with another batch size or compile (rounding); said, not refused
+                print(f"note: {out_dir} holds this step's predictions already (training's evaluation): they are "
+                      f"replaced; output_dir=DIR keeps them", flush=True)
         test = load_split(data_path, "test")
         # without a puzzle embedding (puzzle_emb_ndim=0) no weight belongs to a puzzle: any build
         # of the same seq_len and vocabulary evaluates (another num_aug, ARC-AGI-2's), as the model

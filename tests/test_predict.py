@@ -284,7 +284,8 @@ def test_a_broken_all_config_beside_an_original_checkpoint_is_named(text, said, 
     assert f"{config_file}: {said}" in one_line_error(capsys)
 
 
-def test_a_relative_data_path_of_training_is_found_from_another_directory(small_build, tmp_path, monkeypatch):
+def test_a_relative_data_path_of_training_is_found_from_another_directory(small_build, tmp_path, monkeypatch,
+                                                                           capsys):
     from hrm.distributed import DistInfo
     from hrm.train import Trainer
     from tests.test_train import micro_config
@@ -296,6 +297,11 @@ def test_a_relative_data_path_of_training_is_found_from_another_directory(small_
     assert predict.main([f"checkpoint={tmp_path / 'run' / 'step_1'}", "batch_size=16"]) == 0
     info = json.loads((tmp_path / "run" / "predictions" / "step_1" / "info.json").read_text())
     assert info["data_path"] == str(small_build.resolve())
+    # run again: the default folder now holds predictions (training's, as a rule), replaced with a word
+    assert "holds this step's predictions already" not in capsys.readouterr().out
+    assert predict.main([f"checkpoint={tmp_path / 'run' / 'step_1'}", "batch_size=16"]) == 0
+    assert (f"note: {tmp_path / 'run' / 'predictions' / 'step_1'} holds this step's predictions already "
+            f"(training's evaluation): they are replaced; output_dir=DIR keeps them") in capsys.readouterr().out
 
 
 def test_a_relative_data_path_naming_another_build_here_is_not_taken_for_the_training_one(small_build, tmp_path,
