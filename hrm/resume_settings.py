@@ -223,13 +223,18 @@ def preset_values(name: str) -> dict | None:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
-def differences(before: dict, now: dict, prefix: str = "") -> list[str]:
-    """The dotted keys (under `prefix`) whose value in `now` is not the one in `before`."""
-    keys = []
-    for key, value in now.items():
-        old = before.get(key, _MISSING)
-        if isinstance(value, dict) and isinstance(old, dict):
-            keys += differences(old, value, f"{prefix}{key}.")
-        elif value != old:
-            keys.append(f"{prefix}{key}")
-    return keys
+def differences(before: dict, now: dict) -> list[str]:
+    """The dotted keys whose value in `now` is not the one in `before` (flat_settings of each)."""
+    old = flat_settings(before)
+    return [key for key, value in flat_settings(now).items() if old.get(key, _MISSING) != value]
+
+
+def flat_settings(settings: dict, prefix: str = "") -> dict:
+    """{dotted key: value} of a nested config (`arch.scaling.p`), as overrides name them."""
+    flat = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -215,13 +215,6 @@ def run_folder(project_name: str | None, run_name: str, checkpoint_path: str | N
     return Path("checkpoints") / project_of(project_name, data_path) / (f"{run_name}-{tag}" if tag else run_name)
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        out.update(_flatten(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
 # May differ on resume: the compute dtype follows the device (a CPU run continued on GPUs), the
 # name is a label.
 RESUMABLE_ARCH_CHANGES = {"name", "forward_dtype"}
@@ -239,8 +232,9 @@ def check_same_arch(saved_config: dict, config: PretrainConfig, checkpoint: Path
     """Resuming with another architecture or scaling would load the weights into a different model
     (same shapes, other alpha, cycles, ...) and mix two models in one run's log: refuse, naming
     every field that differs."""
-    saved = _flatten(saved_config.get("arch", {}), "arch.")
-    now = _flatten(config.arch.model_dump(mode="json", by_alias=True), "arch.")
+    from hrm.resume_settings import flat_settings
+    saved = flat_settings(saved_config.get("arch", {}), "arch.")
+    now = flat_settings(config.arch.model_dump(mode="json", by_alias=True), "arch.")
     changed = sorted(k for k in saved.keys() | now.keys()
                      if k.removeprefix("arch.") not in RESUMABLE_ARCH_CHANGES and saved.get(k) != now.get(k))
     if changed and all(k.startswith("arch.scaling.") for k in changed) and \

@@ -64,6 +64,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hrm.pretrain_config import PretrainConfig  # noqa: E402
+from hrm.resume_settings import flat_settings  # noqa: E402
 from hrm.step_names import unrenamed_saves  # noqa: E402
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       check_outputs, exact_text, last_eval, latest_checkpoint, read_run_log,
@@ -210,17 +211,6 @@ def finished_record(cell_dir: Path, signature: str, digest: str) -> dict | None:
 # Settings of a run's all_config.yaml that say where it ran and how it was started, not what it
 # computed: a build moved, or a cell continued with resume=latest, is the same run.
 NOT_COMPARED = ("data_path", "checkpoint_path", "resume")
-
-
-def flat_settings(settings: dict, prefix: str = "") -> dict:
-    """{dotted key: value} of a nested config (`arch.scaling.p`), as overrides name them."""
-    flat = {}
-    for key, value in settings.items():
-        if isinstance(value, dict):
-            flat.update(flat_settings(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def config_change(run_dir: Path, config) -> str | None:
