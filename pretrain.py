@@ -7,8 +7,9 @@
 Config: configs/cfg_pretrain.yaml and configs/arch/*.yaml; any field can be overridden as key=value.
 A resumed run keeps the settings saved in its checkpoint except those the command line gives, and
 the machine's (hrm/resume_settings.py).
-Exit codes: 0 done, 2 bad config, 3 diverged (non-finite loss or gradient), 130 interrupted (Ctrl-C),
-143 stopped by SIGTERM (a scheduler's time limit or preemption) after saving the step it stopped at.
+Exit codes: 0 done, 1 an error (a checkpoint or predictions that cannot be written: a full disk), 2 bad
+config, 3 diverged (non-finite loss or gradient), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (a
+scheduler's time limit or preemption) after saving the step it stopped at.
 
 A Hydra sweep (`python pretrain.py -m arch=hrm_tiny arch.scaling.p=0.3,0.5,0.7`, or
 `hydra.sweeper.params` in a config) runs its jobs one after the other, once every job's config has

@@ -21,6 +21,7 @@ Public API
 ----------
 ``save_model(path, model, extra=None)``
 ``write_atomic(path, payload)``            torch.save via `<path>.tmp`, fsync'd, then renamed
+``named_write_error(error, path)``         an OSError without a file name, given `path`
 ``load_model(path, map_location="cpu", verbose=False, payload=None) -> (HRM, extra)``
 ``is_our_format(payload) -> bool``
 ``load_state_strict(model, state)``        strict load with named errors
@@ -109,13 +110,23 @@ def write_atomic(path, payload) -> None:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise
+        raise named_write_error(e, tmp)
     os.replace(tmp, path)
+
+
+def named_write_error(error: BaseException, path) -> BaseException:
+    """`error` naming the file it happened to: a write that fails on a full disk raises OSError
+    without a file name ('[Errno 28] No space left on device'), which leaves the user to guess."""
+    if isinstance(error, OSError) and not error.filename:
+        named = type(error)(error.errno, error.strerror, str(path))
+        named.__cause__ = error
+        return named
+    return error
 
 
 def load_state_strict(model: torch.nn.Module, state: dict) -> None:

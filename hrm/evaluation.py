@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from hrm.checkpoint import named_write_error
 from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome, all_reduce_sum_
 
 
@@ -148,9 +149,9 @@ def write_predictions(out_dir: str | Path, arrays: dict, info: DistInfo, *, data
         tmp = out_dir / f".rank_{info.rank}.tmp.npz"
         try:
             np.savez(tmp, **arrays)
-        except BaseException:
+        except BaseException as e:
             tmp.unlink(missing_ok=True)    # on a full disk, the space it took is what is lacking
-            raise
+            raise named_write_error(e, tmp)
         os.replace(tmp, out_dir / f"rank_{info.rank}.npz")
 
     def write_info() -> None:

@@ -4,7 +4,8 @@ Hydra runs a sweep's jobs one after the other, composing each job's config only 
 comes; by itself a typo in the third job's value would surface hours into the sweep, after the
 first two trained. `CheckEveryJob`, a Hydra callback named in configs/cfg_pretrain.yaml, composes
 and validates every job before the first one starts (and looks for checkpoints in the run folder of
-each job that starts afresh), and stops the sweep with every bad job named.
+each job that starts afresh, and for jobs that would train in one run folder), and stops the sweep
+with every bad job named.
 
 A job's run name ends in its swept values (`sweep_tag`), so the jobs' runs, checkpoints and
 `resume=latest` stay apart. Under torchrun, the sweep's record (Hydra's multirun.yaml) is rank 0's

@@ -492,8 +492,8 @@ class Trainer:
         self._archive_divergence()
         leftovers = remove_unfinished_saves(self.run_dir)
         if leftovers:
-            print(f"removed {', '.join(leftovers)} from {self.run_dir}: a save that a killed run left unfinished",
-                  flush=True)
+            print(f"removed {', '.join(leftovers)} from {self.run_dir}: left by a save or a pruning that did not "
+                  f"finish", flush=True)
 
     # ------------------------------------------------------------------------------------ steps
     def train_step(self, batch: dict) -> dict:

@@ -71,12 +71,12 @@ class CheckpointNotSaved(RuntimeError):
     nothing of it is kept, and the run's earlier checkpoints are as they were."""
 
 
-def _remove(folder: Path, aside: Path | None = None) -> None:
+def _remove(folder: Path, aside: Path | None = None) -> bool:
     """Delete a folder no longer wanted, renamed to `aside` first when given (one step, so that a
     kill during the slow deletion leaves no half-deleted `step_<N>/`, which could still look like a
-    checkpoint, or no longer be one that pruning finds). A failure (a file held open on NFS, one
-    owned by another user) is said, not raised: the checkpoint just saved is in place, and losing
-    the run over housekeeping would be worse than a folder left behind."""
+    checkpoint, or no longer be one that pruning finds); whether it is gone. A failure (a file held
+    open on NFS, one owned by another user) is said, not raised: losing the run over housekeeping
+    would be worse than a folder left behind, which the run's next start or save tries again."""
     try:
         if aside is not None:
             if aside.exists():   # one an earlier removal could not finish
@@ -85,8 +85,10 @@ def _remove(folder: Path, aside: Path | None = None) -> None:
             folder = aside
         shutil.rmtree(folder)
     except OSError as e:
-        print(f"warning: could not remove {folder} after saving ({e}); delete it by hand",
-              file=sys.stderr, flush=True)
+        print(f"warning: could not remove {folder} ({e}); the run's next start or save tries again, or delete "
+              f"it by hand", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, reader_state: dict, carry,
@@ -193,7 +195,9 @@ def finish_unrenamed_saves(run_dir: str | Path) -> dict[Path, Path]:
 
 def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
     """Remove the `.step_<N>.tmp/` folders (and `.latest.tmp`, the `.step_<N>.old/` of a step saved
-    again, the `.step_<N>.pruned/` of one keep_checkpoints removes) that a run killed while saving left behind, and return their names. Each is as big
+    again, the `.step_<N>.pruned/` of one keep_checkpoints removes) that a run killed while saving
+    or pruning left behind, and return the names of those gone (one that cannot be removed is a
+    warning). Each is as big
     as a checkpoint, never read, and otherwise only replaced if the run saves that same step again.
     Only for the process holding the run folder, after finish_unrenamed_saves (or a complete save
     left unrenamed would go too)."""
@@ -202,10 +206,12 @@ def remove_unfinished_saves(run_dir: str | Path) -> list[str]:
     for leftover in (sorted(run_dir.glob(".step_*.tmp")) + sorted(run_dir.glob(".step_*.old"))
                      + sorted(run_dir.glob(".step_*.pruned")) + sorted(run_dir.glob(".latest.tmp"))):
         if leftover.is_dir():
-            shutil.rmtree(leftover)
+            gone = _remove(leftover)     # one still held open (NFS) is said, not fatal to the start
         else:
-            leftover.unlink()
-        removed.append(leftover.name)
+            leftover.unlink(missing_ok=True)
+            gone = True
+        if gone:
+            removed.append(leftover.name)
     return removed
 
 

@@ -34,7 +34,8 @@ all_config.yaml holds the config the command resolves to now (an arch preset's i
 `puzzle_emb_ndim: ${.hidden_size}`, can resolve one command to another config); a cell whose run
 was stopped before its end with a checkpoint saved (a scheduler's SIGTERM, after which pretrain.py
 saves the step it stopped at; a sweep killed after a save) continues from it with resume=latest, as
-started by the same command (its started.json); other crashed cells are run again from scratch.
+started by the same command (its started.json), unless its all_config.yaml holds another config than
+the command resolves to now; other crashed cells, and those, are run again from scratch.
 A cell holding the result of another command, build or config is not trained again (deleting that result)
 without --replace-changed: the sweep is refused before any run, naming the cells and what changed.
 Classification is recomputed from the logs on every invocation, so --margin/--window can be

@@ -232,7 +232,8 @@ def trained_on_another_build(run_dir: Path, data: str) -> str | None:
 
 
 def find_build(run_dir: Path, data: str | None) -> Path:
-    """--data, else the run's all_config.yaml data_path (recorded_build)."""
+    """--data, else the build the run recorded: its checkpoint's path, else its all_config.yaml data_path
+    (recorded_build)."""
     candidates, named = ([Path(data)], f"{data} (from --data)") if data else recorded_build(run_dir)
     build = first_build(candidates)
     if build is not None:
@@ -284,7 +285,8 @@ def main(argv=None) -> int:
                                              "unigram floor of their build.",
                                  epilog=rules, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders written by pretrain.py")
-    ap.add_argument("--data", help="the build the runs trained on (default: data_path in each all_config.yaml)")
+    ap.add_argument("--data", help="the build the runs trained on (default: the one each run recorded: its newest "
+                                      "checkpoint's path, else data_path in its all_config.yaml)")
     ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                     help=f"how far below the floor a trained run ends (default {DEFAULT_MARGIN})")
     ap.add_argument("--window", type=int, default=DEFAULT_WINDOW,
