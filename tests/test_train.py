@@ -582,20 +582,20 @@ def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     straight, run = tmp_path / "straight", tmp_path / "killed"
 
-    def killed_after_step_6():
-        proc = subprocess.Popen(pretrain_cmd(small_build, run, "max_steps=12", "checkpoint_interval=3"), env=env,
+    def killed_after_step_4():
+        proc = subprocess.Popen(pretrain_cmd(small_build, run, "max_steps=6", "checkpoint_interval=2"), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 120
-        while time.time() < deadline and not (run / "step_6").is_dir():
+        while time.time() < deadline and not (run / "step_4").is_dir():
             time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    together(lambda: subprocess.run(pretrain_cmd(small_build, straight, "max_steps=12"), env=env, check=True,
-                                    capture_output=True), killed_after_step_6)
+    together(lambda: subprocess.run(pretrain_cmd(small_build, straight, "max_steps=6"), env=env, check=True,
+                                    capture_output=True), killed_after_step_4)
     expected = losses_by_step(straight)
-    assert sorted(expected) == list(range(1, 13))
-    assert (run / "step_6").is_dir() and not (run / "step_12").exists(), "kill came too late to test resume"
-    subprocess.run(pretrain_cmd(small_build, run, "max_steps=12", "checkpoint_interval=3", "resume=latest"),
+    assert sorted(expected) == list(range(1, 7))
+    assert (run / "step_4").is_dir() and not (run / "step_6").exists(), "kill came too late to test resume"
+    subprocess.run(pretrain_cmd(small_build, run, "max_steps=6", "checkpoint_interval=2", "resume=latest"),
                    env=env, check=True, capture_output=True)
     resumed = losses_by_step(run)
     assert resumed == expected  # identical floats, step for step
@@ -839,10 +839,10 @@ def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, 
                (pretrain_cmd(small_build, one, *no_explore),
                 saving_predictions(pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2")))])
     worker = ROOT / "tests" / "dist_worker.py"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29517",
-           str(worker), str(two)] + saving_predictions(pretrain_cmd(small_build, two, *no_explore))[3:]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-3000:]
+    # the ranks of one gloo group, started as torchrun starts them (run_ranks: without torchrun's own start-up)
+    cmd = [sys.executable, str(worker), str(two)] + saving_predictions(pretrain_cmd(small_build, two, *no_explore))[3:]
+    ranks = run_ranks(cmd, ROOT, env, port=29517)
+    assert [r.returncode for r in ranks] == [0, 0], "".join(r.stderr for r in ranks)[-3000:]
     rank0 = torch.load(two / "weights_rank0.pt", weights_only=True)
     rank1 = torch.load(two / "weights_rank1.pt", weights_only=True)
     single = torch.load(one / "step_4" / "model.pt", weights_only=True)["state"]
@@ -1230,8 +1230,9 @@ def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_pat
            "arch.scaling.rule=deeploop", f"data_path={small_build}", "global_batch_size=8", "epochs=100",
            "eval_interval=100", "checkpoint_interval=1", "keep_checkpoints=0", f"checkpoint_path={run}"]
     env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
-    first = subprocess.run(cmd + ["max_steps=2"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
-    assert first.returncode == 0, first.stderr[-3000:]
+    # the two ranks' checkpoints: torchrun is not what this part is for (run_ranks starts the same ranks)
+    first = run_ranks([cmd[0], *cmd[7:], "max_steps=2"], tmp_path, env, port=29523)
+    assert [r.returncode for r in first] == [0, 0], "".join(r.stderr for r in first)[-3000:]
     damaged = run / "step_2" / "rank_1.pt"
     damaged.write_bytes(damaged.read_bytes()[:100])
     again = subprocess.run(cmd + ["max_steps=3", "resume=latest"], cwd=tmp_path, capture_output=True, text=True,
