@@ -123,7 +123,9 @@ def named_write_error(error: BaseException, path) -> BaseException:
     """`error` naming the file it happened to: a write that fails on a full disk raises OSError
     without a file name ('[Errno 28] No space left on device'), which leaves the user to guess."""
     if isinstance(error, OSError) and not error.filename:
-        named = type(error)(error.errno, error.strerror, str(path))
+        # one without an errno (OSError("...")) would read '[Errno None] None: <path>': its own text kept
+        named = (type(error)(error.errno, error.strerror, str(path)) if error.errno is not None
+                 else OSError(f"{error}: {str(path)!r}"))
         named.__cause__ = error
         return named
     return error

@@ -28,7 +28,7 @@ import torch
 
 from hrm.checkpoint import (CheckpointError, load_state_strict, read_torch_file, recorded_build, save_model,
                             write_atomic)
-from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome, barrier
+from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome
 from hrm.model import Carry
 from hrm.pretrain_config import command_line_arg
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves
@@ -105,13 +105,25 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
     run_dir = Path(run_dir)
     final = run_dir / f"step_{step}"
     tmp = run_dir / f".step_{step}.tmp"
-    if info.is_main:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-    barrier(info)
+    latest_file = run_dir / "latest"
+
+    def as_they_were() -> str:
+        latest = f" (latest: {latest_file.read_text().strip()})" if latest_file.is_file() else ""
+        return f"the run's checkpoints are as they were{latest}"
+
+    def make_folder() -> None:
+        if info.is_main:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir(parents=True)
+
+    # exchanged like the stages below: a disk already full refuses the folder itself, on rank 0 alone
+    try:
+        agree_on_outcome(make_folder, info, refusals=(OSError,))
+    except (RefusedOnEveryRank, MissingOnEveryRank) as e:
+        raise CheckpointNotSaved(f"cannot save step {step} into {run_dir}: {e}; {as_they_were()}") from None
     if not tmp.is_dir():
-        # rank 0 made it and has passed the barrier: this rank sees another filesystem (several
+        # rank 0 made it and has told every rank so: this rank sees another filesystem (several
         # nodes, each with its own disk), where no checkpoint could be whole or resumed
         raise RuntimeError(f"rank {info.rank} on {socket.gethostname()} does not see {tmp.resolve()}, which rank 0 "
                            f"made: every rank saves into the run folder, so with several nodes it must be on a "
@@ -163,10 +175,8 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
     except (RefusedOnEveryRank, MissingOnEveryRank) as e:
         if info.is_main:   # every rank is done with it; on a full disk, the space it took is needed
             shutil.rmtree(tmp, ignore_errors=True)
-        pointer = run_dir / "latest"
-        latest = f" (latest: {pointer.read_text().strip()})" if pointer.is_file() else ""
         raise CheckpointNotSaved(f"cannot save step {step} into {run_dir}: {e}; what it had written is removed, "
-                                 f"and the run's checkpoints are as they were{latest}") from None
+                                 f"and {as_they_were()}") from None
     try:
         agree_on_outcome(put_in_place, info, refusals=(OSError,))
     except (RefusedOnEveryRank, MissingOnEveryRank) as e:

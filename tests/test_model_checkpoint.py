@@ -372,3 +372,15 @@ def test_an_arch_this_version_refuses_is_named_with_the_file(tmp_path):
     said = str(caught.value)
     assert said.startswith(f"{path}: arch.hidden_size: ") and "; arch.sliding_window: Extra inputs" in said, said
     assert "\n" not in said
+
+
+def test_a_write_error_is_given_the_file_name_without_losing_its_message():
+    """named_write_error adds the file to an OSError that lacks one; one without an errno (a plain
+    OSError("...") from a file object or library) keeps its own message rather than becoming
+    '[Errno None] None: <file>'."""
+    from hrm.checkpoint import named_write_error
+    named = named_write_error(OSError(28, "No space left on device"), "/run/model.pt.tmp")
+    assert str(named) == "[Errno 28] No space left on device: '/run/model.pt.tmp'"
+    plain = named_write_error(OSError("the stream was closed"), "/run/model.pt.tmp")
+    assert "the stream was closed" in str(plain) and "/run/model.pt.tmp" in str(plain)
+    assert "None" not in str(plain)

@@ -1107,7 +1107,8 @@ def test_a_rank_that_does_not_see_rank_zeros_step_folder_says_the_run_folder_mus
     folder rank 0 made. Said as such, naming the folder and the remedy, not a FileNotFoundError."""
     import socket
     import hrm.train_checkpoint as train_checkpoint
-    monkeypatch.setattr(train_checkpoint, "barrier", lambda info: None)   # rank 0 on the other node
+    # rank 0 on the other node: its exchange of how making the folder went, without a process group
+    monkeypatch.setattr(train_checkpoint, "agree_on_outcome", lambda stage, info, refusals=(): stage())
     rank_one = DistInfo(rank=1, world_size=2, local_rank=0, device=torch.device("cpu"))
     with pytest.raises(RuntimeError) as raised:
         train_checkpoint.save_checkpoint(tmp_path / "run", step=4, model=None, optimizers={}, reader_state={},
@@ -2003,6 +2004,32 @@ def test_a_save_that_fills_the_disk_says_so_and_leaves_the_runs_checkpoints_as_t
     assert (run / "latest").read_text() == "step_1" and list_checkpoints(run) == [run / "step_1"]
     assert {p.name: p.read_bytes() for p in (run / "step_1").iterdir()} == before
     assert trainer.save() == run / "step_2" and (run / "latest").read_text() == "step_2"
+
+
+def test_a_save_whose_folder_cannot_be_made_on_a_full_disk_says_so(small_build, tmp_path, monkeypatch):
+    """A disk already full refuses the save's `.step_<N>.tmp/` folder itself (mkdir: ENOSPC): the same
+    CheckpointNotSaved as a write that fills it (pretrain.py's one line, exit 1), not a bare OSError
+    raised by rank 0 alone while the other ranks wait at the barrier after it."""
+    import errno
+
+    from hrm.train_checkpoint import CheckpointNotSaved, list_checkpoints
+    run = tmp_path / "run"
+    trainer = Trainer(micro_config(small_build, run, max_steps=1, eval_save_predictions=False), CPU, progress=False)
+    trainer.fit()
+    trainer.step = 2
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if self.name == ".step_2.tmp":
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real_mkdir(self, *args, **kwargs)
+    with monkeypatch.context() as patched:
+        patched.setattr(Path, "mkdir", mkdir)
+        with pytest.raises(CheckpointNotSaved) as failed:
+            trainer.save()
+    assert str(failed.value).startswith(f"cannot save step 2 into {run}: [Errno 28] No space left on device: ")
+    assert str(failed.value).endswith("(latest: step_1)")
+    assert list_checkpoints(run) == [run / "step_1"] and (run / "latest").read_text() == "step_1"
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads which file a descriptor is from /proc")
