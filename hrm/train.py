@@ -678,6 +678,7 @@ class Trainer:
         last evaluation's metrics."""
         cfg, info = self.config, self.info
         last_eval: dict = {}
+        evaluated_at = None           # the step of the last evaluation (the same on every rank)
         saved_at = self.saved_step    # the step whose checkpoint holds the state as it is now
 
         def evaluation() -> dict:
@@ -699,11 +700,14 @@ class Trainer:
             # run's last step or during an evaluation, before that evaluation: run it now, where
             # the uninterrupted run did
             last_eval = evaluation()
+            evaluated_at = self.step
             if cfg.checkpoint_every_eval:
                 self.save()
                 saved_at = self.step
         while self.reader.iteration < self.total_iterations and self.step < self.stop_step:
+            trained = False
             for batch in self.reader.iteration_batches():
+                trained = True
                 record = self.train_step(batch)
                 # the run's last step: by max_steps (or the estimated total), or by its epochs when
                 # they draw fewer batches than estimated (the reader has then moved past the last
@@ -729,7 +733,15 @@ class Trainer:
                     self.stop_for_sigterm(saved_at)
                 if self.step >= self.stop_step:
                     break
+            if not trained and evaluated_at == self.step:
+                # an iteration that drew no full batch (one random puzzle per group fell short of a
+                # global batch, where check_some_steps goes by the mean): the model evaluated at
+                # this step already, unchanged; the same evaluation again would be logged twice
+                self.evaluated_iterations = self.reader.iteration
+                saved_at = None      # the reader's position moved on: a save at the run's end keeps it
+                continue
             last_eval = evaluation()
+            evaluated_at = self.step
             if cfg.checkpoint_every_eval:
                 self.save()
                 saved_at = self.step

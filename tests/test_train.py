@@ -702,6 +702,38 @@ def test_a_run_ended_by_max_steps_on_an_iterations_last_batch_is_not_evaluated_t
     assert [step for step, _ in resumed.history] == [6, 7, 8]
 
 
+def test_an_iteration_that_draws_no_batch_evaluates_nothing_again(small_build, tmp_path, monkeypatch):
+    """check_some_steps goes by the mean examples per puzzle: an iteration's random draw can fall
+    short of one global batch, and yield none. The model is then the one evaluated at the end of the
+    iteration before, at the same step: it was evaluated (and logged) there a second time."""
+    from arc_data.dataset import TrainBatches
+    drawn = TrainBatches.iteration_batches
+
+    def short(*iterations):
+        def batches(reader):
+            if reader.iteration in iterations:   # its batches drawn and dropped, as a short draw would
+                for _ in drawn(reader):
+                    pass
+                return iter(())
+            return drawn(reader)
+        return batches
+    monkeypatch.setattr(TrainBatches, "iteration_batches", short(1))
+    run = tmp_path / "run"
+    settings = {**TWO_ITERATIONS, "epochs": 3, "max_steps": 100}
+    trainer = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    trainer.fit()
+    evaluated = [step for step, _ in eval_records(run)]
+    assert len(evaluated) == 2 and evaluated[0] < evaluated[1] == trainer.step, evaluated
+    assert trainer.evaluated_iterations == trainer.reader.iteration == 3
+    # the last iteration empty too: resumed, the finished run evaluates nothing again
+    monkeypatch.setattr(TrainBatches, "iteration_batches", short(1, 2))
+    run = tmp_path / "again"
+    Trainer(micro_config(small_build, run, **settings), CPU, progress=False).fit()
+    assert len(eval_records(run)) == 1
+    Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    assert len(eval_records(run)) == 1
+
+
 @pytest.mark.parametrize("during_step", [6, 8], ids=["mid-run", "last"])
 def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_step, small_build, two_iterations,
                                                                         tmp_path):
