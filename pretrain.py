@@ -292,16 +292,17 @@ def hydra_settings_lost(composed, bare, overrides: list[str], mode) -> list[str]
     the command line does not give: a file that does not start from cfg_pretrain has none of them."""
     from omegaconf import OmegaConf
 
-    def value(config, key):     # as written: `${now:...}`, `${hydra.job.num}` unresolved
-        node = OmegaConf.to_container(config.hydra, resolve=False)
+    def value(node: dict, key: str):
         if "/" in key:
             return node["runtime"]["choices"].get(key)
         for part in key.split(".")[1:]:
             node = node.get(part) if isinstance(node, dict) else None
         return node
+    # as written: `${now:...}`, `${hydra.job.num}` unresolved
+    ours, hydras = (OmegaConf.to_container(config.hydra, resolve=False) for config in (composed, bare))
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     return [key for key in OUR_HYDRA_SETTINGS[mode.name]
-            if key not in given and value(composed, key) == value(bare, key)]
+            if key not in given and value(ours, key) == value(hydras, key)]
 
 
 def check_preset_choices(hydra, overrides: list[str]) -> None:

@@ -114,7 +114,7 @@ def write_atomic(path, payload) -> None:
         try:
             os.unlink(tmp)
         except OSError:
-            pass
+            pass    # never written, or not removable: the write's own error is the one to tell
         raise named_write_error(e, tmp)
     os.replace(tmp, path)
 

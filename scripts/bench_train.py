@@ -30,14 +30,10 @@ from arc_data.dataset import load_split  # noqa: E402
 from hrm.distributed import DistInfo, init_distributed  # noqa: E402
 from hrm.flops import flops_per_token  # noqa: E402
 from hrm.pretrain_config import PretrainConfig  # noqa: E402
+from hrm.resume_settings import preset_values  # noqa: E402
 from hrm.train import Trainer  # noqa: E402
 
 H200_BF16_DENSE_TFLOPS = 989.0  # vendor peak, dense bf16
-
-
-def arch_preset(name: str) -> dict:
-    from omegaconf import OmegaConf   # not plain YAML: a preset's puzzle_emb_ndim is ${.hidden_size}
-    return OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "arch" / f"{name}.yaml"), resolve=True)
 
 
 def small_build(folder: Path) -> Path:
@@ -57,7 +53,7 @@ def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, com
     result says how many steps it timed."""
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as run_dir:
-        cfg = PretrainConfig(arch=arch_preset(config_name), data_path=str(data), global_batch_size=batch,
+        cfg = PretrainConfig(arch=preset_values(config_name), data_path=str(data), global_batch_size=batch,
                              epochs=100000, eval_interval=100000, lr=1e-4, lr_warmup_steps=10,
                              checkpoint_path=run_dir, compile=compile_model, wandb={"mode": "disabled"})
         trainer = Trainer(cfg, info, progress=False)
