@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -51,8 +52,10 @@ def read_manifest(build_dir) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no manifest (is {build_dir} a build made by build_arc.py?)")
     try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+        # bytes: a manifest that is not UTF-8 (damaged, or another tool's) is refused with its path, not
+        # by a bare UnicodeDecodeError that names no file
+        manifest = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: invalid JSON: {e}") from None
     if not isinstance(manifest, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
@@ -72,6 +75,23 @@ def read_manifest(build_dir) -> dict:
     return manifest
 
 
+def _files_under(root: Path) -> set[str]:
+    """Relative paths of the files under `root`, through symbolic links to folders too: a split moved
+    to another disk and linked back is read by the reader as it is, so it must not be reported
+    missing (Path.rglob does not enter linked folders). Each real folder is entered once, so a link to
+    an ancestor cannot loop."""
+    found, entered = set(), set()
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in entered:
+            subfolders.clear()
+            continue
+        entered.add(real)
+        rel = Path(folder).relative_to(root)
+        found |= {(rel / name).as_posix() for name in names if os.path.isfile(os.path.join(folder, name))}
+    return found
+
+
 def verify(build_dir) -> list[str]:
     """Re-hash every file against the manifest. Returns the problems found (empty = the build is intact)."""
     root = Path(build_dir)
@@ -79,8 +99,8 @@ def verify(build_dir) -> list[str]:
     expected = manifest["files"]
     # hidden files are the system's, never a build's (.DS_Store from a Mac's Finder, .nfs* on NFS):
     # not reported as extra, or browsing a build would make an intact one fail
-    present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
-    present = {rel for rel in present if not any(part.startswith(".") for part in rel.split("/"))} - {MANIFEST}
+    present = {rel for rel in _files_under(root) if not any(part.startswith(".") for part in rel.split("/"))}
+    present -= {MANIFEST}
     problems = [f"missing: {rel}" for rel in sorted(set(expected) - present)]
     problems += [f"extra: {rel}" for rel in sorted(present - set(expected))]
     to_check = sorted(set(expected) & present, key=lambda rel: -expected[rel]["size"])

@@ -182,11 +182,23 @@ def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
     if not source.subsets:
         # a subset folder named itself (ARC-AGI-1/training): its tasks are right here, one level up
         here = any(_named_as_task(f) for f in root_path.iterdir())
+        # or the folder above the source (ConceptARC instead of ConceptARC/corpus, a clone of the
+        # ARC-AGI repository instead of its data/): its subfolders' subfolders hold the tasks
+        below = sorted(str(d) for d in root_path.iterdir() if d.is_dir() and _holds_subsets(d))
         raise BuildInputError(f"{root}: no subfolder holds task .json files" +
                               (f" (the .json files directly in it are not read: a source folder holds subset "
-                               f"folders, so name its parent, {root_path.resolve().parent})" if here else ""))
+                               f"folders, so name its parent, {root_path.resolve().parent})" if here else "") +
+                              (f" (they are one level further down: name {' or '.join(below)})" if below else ""))
     source.sha256 = tree.hexdigest()
     return source
+
+
+def _holds_subsets(folder: Path) -> bool:
+    """Whether a subfolder of `folder` holds task files: `folder` is itself a source folder."""
+    try:
+        return any(d.is_dir() and any(_named_as_task(f) for f in d.iterdir()) for d in folder.iterdir())
+    except OSError:   # only a hint for an error message: a folder it may not list is no source
+        return False
 
 
 def check_unique_names(sources: list[Source]) -> None:

@@ -217,6 +217,18 @@ def test_a_subset_folder_or_a_missing_one_given_as_source_says_which(tmp_path, c
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
+def test_the_folder_above_a_source_names_the_source_below_it(tmp_path, capsys):
+    """--extra-dir ConceptARC (its tasks are in ConceptARC/corpus/<concept>/) or --source-dir of a clone
+    of the ARC-AGI repository (tasks in data/training/): the message names the folder to pass."""
+    src = small_source(tmp_path / "ARC-AGI" / "data")
+    (tmp_path / "ARC-AGI" / "apps").mkdir()   # a sibling without tasks is not suggested
+    assert build_arc.main(["--source-dir", str(tmp_path / "ARC-AGI"), "--output-dir", str(tmp_path / "b"),
+                           "--quiet"]) == 2
+    assert (f"{tmp_path / 'ARC-AGI'}: no subfolder holds task .json files (they are one level further down: "
+            f"name {src})") in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_disk_error_while_writing_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch):
     """A full disk (or any OSError) mid-build: exit 2 with one line naming the build, no traceback,
     and no temporary folder left behind."""
@@ -309,6 +321,25 @@ def test_verify_detects_missing_and_extra_files(verified_build, tmp_path, capsys
     (b / ".DS_Store").write_bytes(b"\0")
     (b / "train" / ".nfs0001").write_bytes(b"\0")
     assert build_arc.main(["--verify", str(b)]) == 0, capsys.readouterr().out
+
+
+def test_verify_counts_files_in_a_linked_split_folder(verified_build, tmp_path, capsys):
+    """A split moved to another disk and linked back is read by the reader as it is: --verify hashes
+    its files rather than call them missing, and still finds an extra file in it."""
+    b = copy_build(verified_build, tmp_path / "b")
+    shutil.move(b / "train", tmp_path / "elsewhere")
+    (b / "train").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere" / "loop").symlink_to(b, target_is_directory=True)   # entered once: no endless walk
+    assert build_arc.main(["--verify", str(b)]) == 0, capsys.readouterr().out
+    (tmp_path / "elsewhere" / "notes.txt").write_text("hello")
+    assert build_arc.main(["--verify", str(b)]) == 1
+    assert "extra: train/notes.txt" in capsys.readouterr().out
+
+
+def test_verify_names_a_manifest_that_is_not_utf8(tmp_path, capsys):
+    (tmp_path / "manifest.json").write_bytes(b"\xff\xfe{}")
+    assert build_arc.main(["--verify", str(tmp_path)]) == 2
+    assert f"{tmp_path / 'manifest.json'}: invalid JSON" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("manifest", [
