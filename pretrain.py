@@ -19,8 +19,10 @@ run_name, `<checkpoint_path>/arch.scaling.p=0.3` with checkpoint_path (so `resum
 every job's own run, and starts afresh a job without a checkpoint). A diverged job is recorded
 (diverged.json) without stopping the others; the sweep exits 3 at the end. A job that fails with an
 error (out of memory, say) prints its traceback and the sweep goes on; it exits 1 at the end, naming
-the failed jobs. Under torchrun the jobs share one process group, and an error on any rank stops the
-sweep (torchrun stops every rank).
+the failed jobs. A checkpoint or predictions that cannot be written (a full disk, which would fail the
+next jobs too) stop the sweep with exit 1, naming the jobs that failed or diverged before and how to
+continue it; so does a SIGTERM (exit 143) or Ctrl-C (130). Under torchrun the jobs share one process
+group, and an error on any rank stops the sweep (torchrun stops every rank).
 """
 from __future__ import annotations
 
@@ -122,7 +124,8 @@ def launch(hydra_config: DictConfig) -> None:
         finished = True
     except (CheckpointNotSaved, PredictionsNotWritten) as e:   # a full disk: every rank raised it, one message
         agreed = True
-        say_once_per_node(f"error: {e}")
+        # a sweep stops (its next jobs would fail alike), saying how to continue it once there is room
+        say_once_per_node(f"error: {e}{later_jobs(config, trainer, tag)}")
         sys.exit(1)
     except TrainingStopped as e:   # SIGTERM: every rank stopped after the same step, which is saved
         agreed = True
@@ -159,6 +162,14 @@ def launch(hydra_config: DictConfig) -> None:
         # talks to it aborts the peer, and a rank that exits early makes torchrun stop the rest.
         if not (is_multirun() and finished):
             shutdown(wait_for_peers=finished or agreed)
+
+
+def say_earlier_jobs() -> None:
+    """The end of a sweep: its jobs that failed with an error or diverged (once per machine)."""
+    if failed_jobs:
+        say_once_per_node(f"{len(failed_jobs)} job(s) of the sweep failed with an error: {', '.join(failed_jobs)}")
+    if diverged_jobs:
+        say_once_per_node(f"{len(diverged_jobs)} run(s) of the sweep diverged: {', '.join(diverged_jobs)}")
 
 
 def refuse_what_every_rank_would(config: PretrainConfig) -> None:
@@ -324,14 +335,15 @@ if __name__ == "__main__":
     check_overrides(sys.argv[1:])
     sys.argv = sys.argv[:1] + sweep_record_on_rank_zero(sys.argv[1:])
     launcher_log_on_rank_zero()
-    launch()
+    try:
+        launch()
+    except SystemExit:
+        # a job that stopped the sweep (a full disk, SIGTERM, Ctrl-C) has said why; the jobs that
+        # failed or diverged before it are named all the same, and its exit status stands
+        say_earlier_jobs()
+        raise
     from hrm.distributed import shutdown
     shutdown(wait_for_peers=True)   # a sweep's process group, kept across its jobs (no-op otherwise)
-    if failed_jobs:
-        print(f"pretrain.py: {len(failed_jobs)} job(s) of the sweep failed with an error: {', '.join(failed_jobs)}",
-              file=sys.stderr)
-    if diverged_jobs:
-        print(f"pretrain.py: {len(diverged_jobs)} run(s) of the sweep diverged: {', '.join(diverged_jobs)}",
-              file=sys.stderr)
+    say_earlier_jobs()
     if failed_jobs or diverged_jobs:
         sys.exit(1 if failed_jobs else EXIT_DIVERGED)

@@ -326,12 +326,13 @@ class Trainer:
         if (resumed_from is not None and resumed_from.parent.resolve() == self.run_dir.resolve()
                 and (cfg.resume in ("latest", "auto") or Path(cfg.resume).resolve() == self.run_dir.resolve())):
             self.saved_step = self.step
-        if info.is_main:
-            self._tell_start(resumed_from)
-
         self.resolved_config = cfg.model_dump(mode="json", by_alias=True)  # logged, saved in checkpoints
         self.log = None
-        if info.is_main:
+
+        def open_run() -> None:
+            if not info.is_main:
+                return
+            self._tell_start(resumed_from)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(self.resolved_config, sort_keys=False))
             self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name, config=self.resolved_config,
@@ -341,6 +342,10 @@ class Trainer:
             self.log.log({"num_params": n_params, **{f"scaling/{m}/{k}": v for m, s in self.model.scaling.items()
                                                       if isinstance(s, dict) for k, v in s.items()
                                                       if isinstance(v, (int, float))}}, step=self.step)
+        # Rank 0's alone, and it can fail there alone (W&B 'online' with no route to its server, a
+        # write refused): agreed, as the checks were, or the other ranks would wait in the first
+        # step's all-reduce until its timeout
+        agree_on_outcome(open_run, info, refusals=(ValueError, OSError))
 
     def _prepare(self) -> Path | None:
         """Each rank's own start-up, every check included: data, model, optimizers, then the

@@ -122,12 +122,24 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
         agree_on_outcome(make_folder, info, refusals=(OSError,))
     except (RefusedOnEveryRank, MissingOnEveryRank) as e:
         raise CheckpointNotSaved(f"cannot save step {step} into {run_dir}: {e}; {as_they_were()}") from None
-    if not tmp.is_dir():
-        # rank 0 made it and has told every rank so: this rank sees another filesystem (several
-        # nodes, each with its own disk), where no checkpoint could be whole or resumed
-        raise RuntimeError(f"rank {info.rank} on {socket.gethostname()} does not see {tmp.resolve()}, which rank 0 "
-                           f"made: every rank saves into the run folder, so with several nodes it must be on a "
-                           f"filesystem they all share (set checkpoint_path to a folder there)")
+
+    def sees_folder() -> None:
+        if not tmp.is_dir():
+            # rank 0 made it and has told every rank so: this rank sees another filesystem (several
+            # nodes, each with its own disk), where no checkpoint could be whole or resumed
+            raise FileNotFoundError(f"{tmp.resolve()}, which rank 0 made, is not there on {socket.gethostname()}")
+
+    # exchanged too: a rank raising alone would leave the others waiting in the next stage's
+    # collective until its timeout (minutes), and no rank but it would say why
+    try:
+        agree_on_outcome(sees_folder, info, refusals=(FileNotFoundError,))
+    except MissingOnEveryRank as e:
+        if info.is_main:   # no rank writes into it
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointNotSaved(f"cannot save step {step} into {run_dir}: {e}: every rank saves into the run "
+                                 f"folder, so with several nodes it must be on a filesystem they all share (set "
+                                 f"checkpoint_path to a folder there); {as_they_were()}") from None
+
     def write_parts() -> None:
         write_atomic(tmp / f"rank_{info.rank}.pt", {"format": FORMAT, "carry": _carry_to_dict(carry),
                                                     "rng": _rng_state()})

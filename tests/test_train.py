@@ -293,8 +293,10 @@ def test_a_start_that_fails_after_its_checks_frees_the_run_folder(small_build, t
         raise OSError("wandb: network unreachable")
     with monkeypatch.context() as patch:
         patch.setattr(hrm.train, "RunLog", unreachable)
-        with pytest.raises(OSError, match="network unreachable") as failed:   # kept, as a caller's handler
+        # refused as every rank's start-up checks are (test_a_run_that_rank_zero_cannot_open_...)
+        with pytest.raises(ValueError, match="network unreachable") as failed:   # kept, as a caller's handler
             Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False)
+    assert isinstance(failed.value.__cause__, OSError)
     Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
     assert failed.traceback     # the failed Trainer was still referenced (by its frames) throughout
 
@@ -1134,21 +1136,31 @@ def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(
     assert resumed.optimizers["puzzle_emb"].param_groups[0]["weight_decay"] == 0.2
 
 
-def test_a_rank_that_does_not_see_rank_zeros_step_folder_says_the_run_folder_must_be_shared(tmp_path, monkeypatch):
-    """Several nodes, each saving into a run folder on its own disk: rank 1 cannot see the step
-    folder rank 0 made. Said as such, naming the folder and the remedy, not a FileNotFoundError."""
+def test_a_rank_that_does_not_see_rank_zeros_step_folder_says_the_run_folder_must_be_shared(tmp_path):
+    """Several nodes, each saving into a run folder on its own disk (here: each rank its own folder
+    under one path): rank 1 cannot see the step folder rank 0 made. It raised alone, so rank 0 waited
+    in the save's next collective until its timeout, the reason said by rank 1 only. Both ranks now
+    raise the same error at once, naming the rank, the folder and the remedy; rank 0's `.tmp` goes."""
     import socket
-    import hrm.train_checkpoint as train_checkpoint
-    # rank 0 on the other node: its exchange of how making the folder went, without a process group
-    monkeypatch.setattr(train_checkpoint, "agree_on_outcome", lambda stage, info, refusals=(): stage())
-    rank_one = DistInfo(rank=1, world_size=2, local_rank=0, device=torch.device("cpu"))
-    with pytest.raises(RuntimeError) as raised:
-        train_checkpoint.save_checkpoint(tmp_path / "run", step=4, model=None, optimizers={}, reader_state={},
-                                         carry=None, config={}, info=rank_one)
-    assert str(raised.value) == (f"rank 1 on {socket.gethostname()} does not see {tmp_path / 'run' / '.step_4.tmp'}, "
-                                 f"which rank 0 made: every rank saves into the run folder, so with several nodes "
-                                 f"it must be on a filesystem they all share (set checkpoint_path to a folder there)")
-    assert not (tmp_path / "run").exists()
+    script = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; "
+              "from test_model_checkpoint import tiny_arch; from hrm.model import HRM; "
+              "from hrm.distributed import init_distributed, shutdown; "
+              "from hrm.train_checkpoint import save_checkpoint, CheckpointNotSaved; "
+              "info = init_distributed('cpu'); model = HRM(tiny_arch(), 12, 8, 3, verbose=False)\n"
+              "try: save_checkpoint(f'{sys.argv[2]}/node{info.rank}', step=4, model=model, optimizers={}, "
+              "reader_state={}, carry=None, config={}, info=info)\n"
+              "except CheckpointNotSaved as e: print('failed:', e)\n"
+              "shutdown(wait_for_peers=True)")
+    ranks = run_ranks([sys.executable, "-c", script, str(ROOT), str(tmp_path)], tmp_path,
+                      dict(os.environ, OMP_NUM_THREADS="1"), port=29545, timeout=120)
+    assert [r.returncode for r in ranks] == [0, 0], "".join(r.stderr for r in ranks)[-3000:]
+    unseen = tmp_path / "node1" / ".step_4.tmp"
+    for rank, r in enumerate(ranks):
+        assert r.stdout == (f"failed: cannot save step 4 into {tmp_path / f'node{rank}'}: rank 1: {unseen}, which "
+                            f"rank 0 made, is not there on {socket.gethostname()}: every rank saves into the run "
+                            f"folder, so with several nodes it must be on a filesystem they all share (set "
+                            f"checkpoint_path to a folder there); the run's checkpoints are as they were\n"), r.stdout
+    assert os.listdir(tmp_path / "node0") == [] and not (tmp_path / "node1").exists()
 
 
 @pytest.mark.parametrize("damage", ["trainer.pt", "model.pt", "rank_0.pt", "no rank_0.pt"])
@@ -1354,6 +1366,27 @@ def test_a_start_refused_under_two_ranks_is_said_once_and_every_rank_exits_2(sma
     assert (f"pretrain.py: error: rank 1: {tmp_path / 'run1'} already holds checkpoints (step_1); pass resume=latest"
             in ranks[0].stderr)
     assert "Traceback" not in stderr and not (tmp_path / "run0").exists()
+
+
+def test_a_run_that_rank_zero_cannot_open_stops_every_rank_at_once(small_build, tmp_path):
+    """Rank 0 alone opens the run's log, after every check passed: W&B 'online' that cannot reach
+    its server refused there while rank 1 went on into the first step's all-reduce and waited in
+    it until its timeout. Both ranks now raise the same refusal, naming rank 0."""
+    script = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; "
+              "import hrm.train; from test_train import micro_config; "
+              "from hrm.distributed import RefusedOnEveryRank, init_distributed, shutdown; "
+              "info = init_distributed('cpu')\n"
+              "def unreachable(*args, **kwargs): raise ValueError(\"W&B mode 'online' could not start\")\n"
+              "hrm.train.RunLog = unreachable\n"
+              "try: hrm.train.Trainer(micro_config(sys.argv[2], sys.argv[3], max_steps=2), info, progress=False).fit()\n"
+              "except RefusedOnEveryRank as e: print('refused:', e)\n"
+              "shutdown(wait_for_peers=True)")
+    ranks = run_ranks([sys.executable, "-c", script, str(ROOT), str(small_build), str(tmp_path / "run")], tmp_path,
+                      dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled"), port=29547, timeout=120)
+    assert [r.returncode for r in ranks] == [0, 0], "".join(r.stderr for r in ranks)[-3000:]
+    for r in ranks:
+        assert r.stdout.endswith("refused: rank 0: W&B mode 'online' could not start\n"), r.stdout
+    assert not list((tmp_path / "run").glob("step_*"))
 
 
 def test_a_divergence_under_two_ranks_is_recorded_and_said_once(small_build, tmp_path):
@@ -1726,29 +1759,40 @@ def test_jobs_that_would_share_a_run_folder_stop_the_sweep_before_it_starts(smal
 def test_a_failed_job_of_a_single_process_sweep_is_told_when_it_fails(small_build, tmp_path):
     """A job raising an error (out of memory, say; here an injected one at the first step): Hydra
     kept it silent until the sweep's end, then raised the first failed job's alone, so the second
-    failure and the diverged job were never told. Each failure is told as it happens, the sweep
-    goes on, and it ends naming the failed and diverged jobs, with exit 1."""
+    failure and the diverged job were never told. Each failure is told as it happens and the sweep
+    goes on. A save that fails for a full disk would fail the next jobs too: the sweep stops there,
+    exit 1, the job after it not started. It left at once, so the jobs that had failed or diverged
+    before it were never named, nor how to continue the sweep; both are said now."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
         "import hrm.train\n"
-        "step = hrm.train.Trainer.train_step\n"
+        "from hrm.train_checkpoint import CheckpointNotSaved\n"
+        "step, save = hrm.train.Trainer.train_step, hrm.train.Trainer.save\n"
         "def failing(self, batch):\n"
         "    if self.config.lr in (2e-3, 3e-3):\n"
         "        raise RuntimeError(f'injected failure lr={self.config.lr}')\n"
         "    return step(self, batch)\n"
-        "hrm.train.Trainer.train_step = failing\n")
+        "def full(self):\n"
+        "    if self.config.lr == 4e-3:\n"
+        "        raise CheckpointNotSaved(f'cannot save step {self.step}: injected full disk')\n"
+        "    return save(self)\n"
+        "hrm.train.Trainer.train_step, hrm.train.Trainer.save = failing, full\n")
     env = dict(os.environ, WANDB_MODE="disabled",
                PYTHONPATH=os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run(sweep_cmd(small_build, "lr=2e-3,1e30,3e-3", "run_name=r"), cwd=tmp_path,
+    run = subprocess.run(sweep_cmd(small_build, "lr=2e-3,1e30,3e-3,4e-3,5e-3", "run_name=r"), cwd=tmp_path,
                          capture_output=True, text=True, timeout=240, env=env)
     err = run.stderr
     assert run.returncode == 1, err[-3000:]
     assert err.index("RuntimeError: injected failure lr=0.002") < err.index("training diverged") \
         < err.index("RuntimeError: injected failure lr=0.003"), err[-3000:]
     assert "the sweep's job r-lr=0.002 failed (traceback above)" in err
-    assert "2 job(s) of the sweep failed with an error: r-lr=0.002, r-lr=0.003" in err
-    assert "1 run(s) of the sweep diverged: r-lr=1e+30" in err
+    assert err.endswith("pretrain.py: error: cannot save step 3: injected full disk; the sweep stops here (any job "
+                        "after this one is not started): run the same sweep with resume=latest to continue it\n"
+                        "pretrain.py: 2 job(s) of the sweep failed with an error: r-lr=0.002, r-lr=0.003\n"
+                        "pretrain.py: 1 run(s) of the sweep diverged: r-lr=1e+30\n"), err[-3000:]
+    assert sorted(p.name for p in (tmp_path / "checkpoints" / "sweep").iterdir()) == [
+        "r-lr=0.002", "r-lr=0.003", "r-lr=0.004", "r-lr=1e+30"]
 
 
 def test_config_dir_comes_after_the_projects_configs_as_in_hydra(small_build, tmp_path, capsys):
