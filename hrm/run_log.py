@@ -69,6 +69,10 @@ def resolve_wandb_mode(mode: str) -> str:
     return mode
 
 
+# the x axis of a run's W&B charts: the training step, as log.jsonl's "step"
+WANDB_STEP = "step"
+
+
 def wandb_run_id(run_name: str) -> str:
     """The W&B run id for a run name: W&B refuses an id holding any of `:;,#?/'` (UsageError), and a
     sweep of two keys names its runs `<run>-a=1,b=2`; each becomes '-'."""
@@ -131,7 +135,16 @@ class RunLog:
                 print(f"[hrm] W&B could not reach its server ({reason}): logging offline under "
                       f"{Path(run_dir) / 'wandb'} (`wandb sync` it later)", file=sys.stderr, flush=True)
                 mode = "offline"
+                # wandb's service still holds the failed start's run id: a second start with it
+                # would be refused ("run ID ... is in use"); a fresh service takes it
+                wandb.teardown()
                 self.wandb = start(mode)
+            # Charts go by the training step as a logged value, not W&B's own step: W&B drops (a
+            # warning WANDB_SILENT hides) any row logged at a step below its run's last, and a
+            # resumed run logs again from its checkpoint's step (the evaluation a SIGTERM
+            # interrupted, the steps a kill lost), behind the steps its first part logged.
+            self.wandb.define_metric(WANDB_STEP)
+            self.wandb.define_metric("*", step_metric=WANDB_STEP, step_sync=True)
         self.mode = mode
         self.file = open(self.path, "a" if append else "w")   # after W&B: a refusal there leaves no open file
 
@@ -139,7 +152,7 @@ class RunLog:
         self.file.write(json.dumps({"step": step, **{k: _plain(v) for k, v in record.items()}}) + "\n")
         self.file.flush()
         if self.wandb is not None:
-            self.wandb.log(record, step=step)
+            self.wandb.log({**record, WANDB_STEP: step})
 
     def close(self) -> None:
         self.file.close()

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -50,6 +51,64 @@ def test_a_sweep_run_name_makes_a_run_id_wandb_accepts(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "x-arch.scaling.p=0.3-lr=0.001"
+
+
+def test_a_resumed_run_keeps_the_records_it_logs_below_its_wandb_runs_last_step(tmp_path):
+    """A resumed run logs from its checkpoint's step, while its W&B run stands at the last step the
+    stopped run logged: a SIGTERM during the evaluation of step 6 logged step 6's training record
+    (and `stopped`), and the resumed run evaluates step 6 again; a kill after step 8 with a
+    checkpoint at 6 logs 7, 8 again. W&B drops a row logged at a step below its run's last (a
+    warning WANDB_SILENT hides): charts go by the logged `step` instead."""
+    pytest.importorskip("wandb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
+    env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path), NETRC=str(tmp_path / "none"))
+    code = ("import json; from pathlib import Path; from hrm.run_log import RunLog\n"
+            f"log = RunLog(Path({str(tmp_path / 'run')!r}), project='p', run_name='r', config={{}}, wandb_mode='offline')\n"
+            "log.log({'train/loss': 2.5}, step=8)\n"          # where the W&B run stands
+            "log.log({'eval/exact_accuracy': 0.25}, step=6)\n"  # the resumed run's first record
+            "print(json.dumps(dict(log.wandb.summary))); log.close()\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, timeout=120,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (summary.get("eval/exact_accuracy"), summary["train/loss"], summary["step"]) == (0.25, 2.5, 6)
+
+
+def test_auto_goes_on_offline_after_a_real_failed_online_start(tmp_path):
+    """wandb's own failure, not a stand-in: a server that answers 404 fails the online start at once
+    (as no route fails it after 30 s), and the offline start that follows must not be refused for
+    the run id the failed one left in wandb's service."""
+    pytest.importorskip("wandb")
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.send_response(404)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+        do_GET = do_POST
+
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
+    env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path), NETRC=str(tmp_path / "none"), WANDB_API_KEY="k" * 40,
+               WANDB_BASE_URL=f"http://127.0.0.1:{server.server_address[1]}")
+    code = ("from pathlib import Path; from hrm.run_log import RunLog\n"
+            f"log = RunLog(Path({str(tmp_path / 'run')!r}), project='p', run_name='r', config={{}}, wandb_mode='auto')\n"
+            "log.log({'train/loss': 2.5}, step=1); print(log.mode); log.close()\n")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, timeout=120,
+                             capture_output=True, text=True)
+    finally:
+        server.shutdown()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "offline"
+    assert "[hrm] W&B could not reach its server (CommError: " in out.stderr
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*/*.wandb"))
 
 
 def test_without_the_wandb_package_auto_disables_and_explicit_modes_say_why(monkeypatch):
@@ -135,15 +194,17 @@ def test_a_server_out_of_reach_logs_offline_under_auto_and_is_one_line_when_onli
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     monkeypatch.setattr(run_log, "_wandb_installed", lambda: True)
     modes = []
+    offline_run = types.SimpleNamespace(define_metric=lambda *args, **kwargs: None)
 
     def init(*, mode, **kwargs):   # the server out of reach: only an offline start succeeds
         modes.append(mode)
         if mode == "online":
             raise wandb.errors.CommError("Run initialization has timed out after 30.0 sec.\nPlease try again.")
-        return "offline run"
+        return offline_run
     monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.setattr(wandb, "teardown", lambda: modes.append("teardown"))
     log = RunLog(tmp_path / "a", project="p", run_name="r", config={}, wandb_mode="auto")
-    assert (log.mode, log.wandb, modes) == ("offline", "offline run", ["online", "offline"])
+    assert (log.mode, log.wandb, modes) == ("offline", offline_run, ["online", "teardown", "offline"])
     assert ("[hrm] W&B could not reach its server (CommError: Run initialization has timed out after 30.0 sec.): "
             f"logging offline under {tmp_path / 'a' / 'wandb'}") in capsys.readouterr().err
     log.file.close()
