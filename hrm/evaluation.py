@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from hrm.checkpoint import named_write_error
 from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome, all_reduce_sum_
+from hrm.run_log import progress_bar
 
 
 _EMPTY = {"puzzle_identifiers": np.zeros(0, np.int32), "inputs": np.zeros((0, 900), np.uint8),
@@ -62,8 +62,8 @@ def _evaluate(loss_head, batches, info: DistInfo, keep_predictions: bool, progre
     sums = None
     keys: list[str] = []
     parts: dict[str, list[np.ndarray]] = {"puzzle_identifiers": [], "inputs": [], "preds": [], "q_halt_logits": []}
-    for index, batch in enumerate(tqdm(batches, desc="eval", unit="batch", disable=not (progress and info.is_main),
-                                       leave=False)):
+    for index, batch in enumerate(progress_bar(batches, desc="eval", unit="batch", leave=False,
+                                              disable=not (progress and info.is_main))):
         # The reader pads the last batch with identical blank rows (identifier 0) at its end: one is
         # run, for all of them (unless compiled: another batch size would compile again), and one is
         # kept, either way. It has no labels, so it only counts towards q_halt_loss, where HRM scores

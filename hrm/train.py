@@ -25,7 +25,6 @@ from pathlib import Path
 
 import torch
 import yaml
-from tqdm import tqdm
 
 from arc_data.dataset import DatasetError, EvalBatches, TrainBatches, load_split
 from arc_data.manifest import build_identity
@@ -41,7 +40,7 @@ from hrm.optim import AdamATan2
 from hrm.pretrain_config import PretrainConfig, command_line_arg
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
-from hrm.run_log import RunLog, resolve_wandb_mode
+from hrm.run_log import RunLog, progress_bar, resolve_wandb_mode
 from hrm.scaling import derive_scaling
 from hrm.train_checkpoint import (check_run_folder_usable, check_run_folder_writable, checkpoint_step,
                                   finish_unrenamed_saves, list_checkpoints, load_checkpoint, remove_unfinished_saves,
@@ -657,7 +656,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------- loop
     def fit(self) -> dict:
-        bar = tqdm(total=self.stop_step, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
+        bar = progress_bar(total=self.stop_step, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
                    disable=not (self.progress and self.info.is_main))
         self.loss_head.train()
         started, first_step = time.perf_counter(), self.step
@@ -677,7 +676,7 @@ class Trainer:
                 "steps_per_second": (self.step - first_step) / seconds if seconds > 0 else 0.0,
                 "sigterm": self.sigterm_at_end}
 
-    def _train(self, bar: tqdm) -> dict:
+    def _train(self, bar) -> dict:
         """The loop: steps, evaluations and checkpoints until the run's end, or until a SIGTERM
         stops it after a step or an evaluation's batch (saved, then TrainingStopped). Returns the
         last evaluation's metrics."""

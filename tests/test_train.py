@@ -3,6 +3,7 @@ exact resume after SIGKILL, and 2-process gloo training equal to 1-process train
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -1557,6 +1558,23 @@ def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
                                  seed=4, log_interval=2, eval_save_predictions=False), CPU, progress=False)
     assert ended.fit()["step"] == 5 and ended.stop_step == 7
     assert sorted(losses_by_step(tmp_path / "epochs")) == [2, 4, 5]
+
+
+def test_the_progress_bar_into_a_file_is_redrawn_rarely(small_build, tmp_path, capsys, monkeypatch):
+    """stderr into a file (a SLURM or nohup log): tqdm redrew the bar up to 10 times a second there,
+    each redraw kept (~80 MB a day); now the first and last, and one every 30 s between. On a
+    terminal it is still live."""
+    import hrm.run_log
+    step = Trainer.train_step
+
+    def slow(self, batch):   # each step outlasts tqdm's 0.1 s between redraws
+        time.sleep(0.15)
+        return step(self, batch)
+    monkeypatch.setattr(Trainer, "train_step", slow)
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, eval_interval=None), CPU).fit()
+    assert capsys.readouterr().err.count("train: ") == 2
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert hrm.run_log.progress_bar([], file=io.StringIO()).mininterval == 0.1
 
 
 def test_a_local_rank_beyond_the_visible_gpus_is_named(monkeypatch):
