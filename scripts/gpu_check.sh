@@ -45,9 +45,9 @@ LOGS=${OUT:-$(mktemp -d)}
 RUN=${RUN:-checkpoints/gpu-check}
 if [ -n "${REHEARSE:-}" ]; then
     # toy sizes, the build too: the CPU evaluates every test row of it in the smoke run
-    STEPS=${STEPS:-1} BATCH=${BATCH:-4} DATA=${DATA:-data/gpu-check-rehearse} BUILD_SIZE=(--limit-tasks 2 --num-aug 2)
+    STEPS=${STEPS:-1} BATCH=${BATCH:-2} DATA=${DATA:-data/gpu-check-rehearse} BUILD_SIZE=(--limit-tasks 2 --num-aug 2)
     DEVICE=cpu V1=hrm_tiny DEEPLOOP=hrm_tiny COMPILE= SMOKE_BATCH=8 SMOKE_STEPS=2 WARMUP=1
-    MODEL_BENCH=(--config cpu-bench --steps 1 --warmup 0 --batch 2)
+    MODEL_BENCH=(--config cpu-bench --steps 1 --warmup 0 --batch 1)
     SMOKE_ARCH="arch.hidden_size=16 arch.num_heads=1 arch.puzzle_emb_ndim=16 arch.halt_max_steps=2"   # sooner
 else
     # BATCH: one GPU's share of the published 768 on 8 GPUs
@@ -128,7 +128,10 @@ PY
 # The fused AdamATan2 kernel builds on the CPUs while the GPU phases run.
 ADAM_SDIST=$(ls "${WHEELS:-/nonexistent}"/adam_atan2-*.tar.gz 2>/dev/null | head -n 1)
 ADAM_PID=
-if [ -n "$ADAM_SDIST" ] && wanted adam && command -v nvcc >/dev/null && ! $PY -c 'import torch, adam_atan2_backend' 2>/dev/null; then
+# Built already? Looked for before torch is imported (~2 s): only a backend that is there (a torch
+# extension) needs torch to load.
+ADAM_BUILT='import importlib.util, sys; importlib.util.find_spec("adam_atan2_backend") or sys.exit(1); import torch, adam_atan2_backend'
+if [ -n "$ADAM_SDIST" ] && wanted adam && command -v nvcc >/dev/null && ! $PY -c "$ADAM_BUILT" 2>/dev/null; then
     echo "{\"adam_atan2_build\": \"started\", \"elapsed_s\": $SECONDS}"
     # --use-pep517: the archive's setup.py asks for setuptools_scm, which pip before 25.3 would try to
     # download (legacy setup_requires) on a machine with no network; the PEP 517 path does not

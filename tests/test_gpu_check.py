@@ -8,14 +8,14 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, together
 
 
 def run_check(tmp_path, data, **env):
     out = tmp_path / "out"
     out.mkdir(parents=True)
     full_env = {**os.environ, "REHEARSE": "1", "PYTHON": sys.executable, "DATA": str(data), "STEPS": "1",
-                "BATCH": "4", "OUT": str(out), "RUN": str(tmp_path / "run"), **env}
+                "BATCH": "2", "OUT": str(out), "RUN": str(tmp_path / "run"), **env}
     if "WHEELS" not in env:
         full_env.pop("WHEELS", None)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh")], env=full_env, capture_output=True,
@@ -27,47 +27,75 @@ def run_check(tmp_path, data, **env):
     return proc, records, (out / "gpu_check.log").read_text()
 
 
-def test_full_rehearsal_runs_every_phase(small_build, tmp_path):
-    # A broken adam-atan2 archive and an nvcc that fails: the background build fails, is reported,
-    # and the fused test skips; nothing else is disturbed. (The trainer's wheels are installed here.)
+def fake_adam_build(tmp_path) -> dict:
+    """A broken adam-atan2 archive in $WHEELS and an nvcc that fails: what starts the background build."""
     wheels, bin_dir = tmp_path / "wheels", tmp_path / "bin"
     wheels.mkdir()
     bin_dir.mkdir()
     (wheels / "adam_atan2-0.0.3.tar.gz").write_bytes(b"not an archive")
     (bin_dir / "nvcc").write_text("#!/bin/sh\nexit 1\n")
     (bin_dir / "nvcc").chmod(0o755)
-    proc, records, log = run_check(tmp_path, small_build, FULL="1", WHEELS=str(wheels),
-                                   PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return dict(WHEELS=str(wheels), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_full_rehearsal_runs_every_phase(tmp_path):
+    # FULL=1's phases, in two runs at once (ONLY=; one per core of the 2-core machines this suite
+    # targets, each run's phases being one after the other): every phase's command line runs, and
+    # test_a_spent_budget_skips_phases_and_names_them shows one FULL=1 run reaching them all in this
+    # order. The background build of the fused optimizer fails, is reported, and the fused test
+    # skips; nothing else is disturbed. (The trainer's wheels are installed here.) No build is given:
+    # each run makes its own 2-task one, as on a GPU machine without data/gpu-check.
+    first, second = tmp_path / "first", tmp_path / "second"
+    (proc, records, log), (proc2, records2, log2) = together(
+        lambda: run_check(first, first / "data", ONLY="model tests v1 adam", **fake_adam_build(tmp_path)),
+        lambda: run_check(second, second / "data", ONLY="smoke deeploop torchrun"))
+    for p in (proc, proc2):
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert json.loads((first / "data" / "manifest.json").read_text())["settings"]["limit_tasks"] == 2
     build = [r for r in records if "adam_atan2_build" in r or "adam_atan2_build_rc" in r]
     assert build[0]["adam_atan2_build"] == "started" and build[1]["adam_atan2_build_rc"] != 0
-    phases = [r["phase"] for r in records if "phase" in r and "elapsed_s" in r]
-    assert phases == ["bench_model hrm_v1", "gpu tests", "bench_train hrm_v1", "fused AdamATan2 test",
+    phases = [r["phase"] for r in records + records2 if "phase" in r and "elapsed_s" in r]
+    assert phases == ["bench_model hrm_v1", "gpu tests", "bench_train hrm_v1", "fused AdamATan2 test", "done",
                       "pretrain smoke", "pretrain resume", "vote", "bench_train hrm_deeploop", "done"]
-    assert records[-1]["failed"] == []
-    benches = [r for r in records if "tokens_per_s" in r]
+    assert records[-1]["failed"] == records2[-1]["failed"] == []
+    assert {"phase": "torchrun 2 processes", "skipped": "fewer than two GPUs (NCCL needs one GPU per rank)"} in records2
+    benches = [r for r in records + records2 if "tokens_per_s" in r]
     assert [b["config"] for b in benches] == ["cpu-bench", "hrm_tiny", "hrm_tiny"]
     assert all(b["tokens_per_s"] > 0 for b in benches)
-    assert "resumed from" in proc.stdout
-    assert "task (paper)" in proc.stdout              # vote's pass@K table
-    assert (tmp_path / "run" / "latest").read_text().strip() == "step_3"
-    run_log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert "resumed from" in proc2.stdout
+    assert "task (paper)" in proc2.stdout              # vote's pass@K table
+    assert (second / "run" / "latest").read_text().strip() == "step_3"
+    run_log = [json.loads(line) for line in (second / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in run_log if "alignment/mean" in r] == [3]   # diagnostics ran once, resumed
-    assert log == proc.stdout                         # the copy that comes back from a device run
+    assert (log, log2) == (proc.stdout, proc2.stdout)  # the copy that comes back from a device run
+
+
+def test_an_installed_fused_backend_is_not_built_again(small_build, tmp_path):
+    # the archive and nvcc are there (as in test_full_rehearsal_runs_every_phase, where the backend
+    # is not, and the build starts), but the backend imports: no build; the phase itself is skipped
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "adam_atan2_backend.py").write_text("")
+    proc, records, _ = run_check(tmp_path, small_build, ONLY="adam", BUDGET="1", SITE=str(site),
+                                 **fake_adam_build(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not [r for r in records if "adam_atan2_build" in r]
+    assert records[-1]["skipped_for_budget"] == "adam"
 
 
 def test_a_failing_phase_is_reported_and_the_rest_still_run(small_build, tmp_path):
-    # A data folder without a test split: the trainer-based phases fail, one after the other.
+    # A data folder without a train split: the trainer-based phases fail, one after the other
+    # (the smoke run's pretrain.py refuses it before importing torch: a quick failure). ONLY names
+    # a [full] phase and leaves out a default one (deeploop).
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in ("identifiers.json", "manifest.json"):
         (broken / name).write_bytes((small_build / name).read_bytes())
-    (broken / "train").symlink_to(small_build / "train")
-    proc, records, _ = run_check(tmp_path, broken, ONLY="v1 smoke deeploop")
+    (broken / "test").symlink_to(small_build / "test")
+    proc, records, _ = run_check(tmp_path, broken, ONLY="v1 smoke")
     assert proc.returncode == 1
     started = [r["phase"] for r in records if "elapsed_s" in r]
-    assert started == ["bench_train hrm_v1", "pretrain smoke", "pretrain resume", "vote",
-                       "bench_train hrm_deeploop", "done"]
+    assert started == ["bench_train hrm_v1", "pretrain smoke", "pretrain resume", "vote", "done"]
     assert records[-1]["failed"] == started[:-1]
 
 
