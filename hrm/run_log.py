@@ -159,15 +159,64 @@ class RunLog:
             self.wandb.define_metric(WANDB_STEP)
             self.wandb.define_metric("*", step_metric=WANDB_STEP, step_sync=True)
         self.mode = mode
-        self.file = open(self.path, "a" if append else "w")   # after W&B: a refusal there leaves no open file
+        # after W&B: a refusal there leaves no open file. Unbuffered: each record reaches the file
+        # as it is logged, and one that fails can be cut off whole (_append)
+        self.file = open(self.path, "ab" if append else "wb", buffering=0)
+        self._said: set[str] = set()   # the failures already warned of ("file", "wandb")
+
+    # Rank 0 logs between the step's collectives: an error raised here (a full disk, an NFS hiccup,
+    # W&B's service gone) would stop rank 0 alone, and every other rank would wait in the next
+    # all-reduce until its timeout (NCCL: tens of minutes), then fail with an opaque error. A failed
+    # record is therefore a warning, said once, and training goes on: a disk that is really full
+    # stops every rank at the next checkpoint save, which the ranks agree on (CheckpointNotSaved).
 
     def log(self, record: dict, step: int) -> None:
-        self.file.write(json.dumps({"step": step, **{k: _plain(v) for k, v in record.items()}}) + "\n")
-        self.file.flush()
-        if self.wandb is not None:
-            self.wandb.log({**record, WANDB_STEP: step})
+        line = json.dumps({"step": step, **{k: _plain(v) for k, v in record.items()}}) + "\n"
+        try:
+            self._append(line.encode())
+        except OSError as e:
+            self._warn_once("file", f"cannot write the record of step {step} to {self.path} ({e.strerror or e}); "
+                                    f"training goes on, and this record and any later one that cannot be written "
+                                    f"are missing from the log (said once)")
+        if self.wandb is not None and "wandb" not in self._said:   # once it failed, W&B is not tried again
+            try:
+                self.wandb.log({**record, WANDB_STEP: step})
+            except Exception as e:   # wandb raises its own errors, and whatever its service's pipe does
+                # log.jsonl still holds every record; each further try could fail slowly
+                self._warn_once("wandb", f"W&B stopped logging at step {step} ({type(e).__name__}: {e}); "
+                                         f"training goes on, logged to {self.path} only")
+
+    def _append(self, data: bytes) -> None:
+        """Write one record whole or not at all: a partial line (a disk that filled up mid-record)
+        would have the next record glued onto it, and readers refuse such a line in a log."""
+        start = self.file.seek(0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self.file.write(view):]   # a short write (the disk filling up) goes on
+        except OSError:
+            try:
+                self.file.truncate(start)
+            except OSError:   # rare (the write failed, the truncate too): a partial line is left
+                pass
+            raise
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._said:
+            self._said.add(what)
+            print(f"warning: {message}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        self.file.close()
+        """Never raises: at the run's end an error on rank 0 alone would leave the others waiting
+        for it at the exit barrier."""
+        try:
+            self.file.close()   # NFS may report a failed write only now
+        except OSError as e:
+            self._warn_once("file", f"cannot write to {self.path} ({e.strerror or e}): its last records may be "
+                                    f"missing")
         if self.wandb is not None:
-            self.wandb.finish()
+            try:
+                self.wandb.finish()
+            except Exception as e:
+                self._warn_once("wandb", f"W&B could not finish the run ({type(e).__name__}: {e}); "
+                                         f"{self.path} holds every record")

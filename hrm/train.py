@@ -12,6 +12,7 @@ Every `eval_interval` epochs: metrics on the test split, the predictions for vot
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -42,9 +43,9 @@ from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
 from hrm.run_log import RunLog, progress_bar, resolve_wandb_mode
 from hrm.scaling import derive_scaling
-from hrm.train_checkpoint import (check_run_folder_usable, check_run_folder_writable, checkpoint_step,
-                                  finish_unrenamed_saves, list_checkpoints, load_checkpoint, remove_unfinished_saves,
-                                  resolve_resume, save_checkpoint, unwritable_run_folder)
+from hrm.train_checkpoint import (check_run_folder_shared, check_run_folder_usable, check_run_folder_writable,
+                                  checkpoint_step, finish_unrenamed_saves, list_checkpoints, load_checkpoint,
+                                  remove_unfinished_saves, resolve_resume, save_checkpoint, unwritable_run_folder)
 
 
 class TrainingDiverged(RuntimeError):
@@ -305,6 +306,8 @@ class Trainer:
             resumed_from = agree_on_outcome(self._prepare, info)
             check_one_build(build_fingerprint(self.data_identity, self.train_split, self.test_split),
                             cfg.data_path, info)
+            # after _prepare: rank 0 holds the run folder by now, which every rank must see
+            check_run_folder_shared(self.run_dir, info)
         except BaseException:   # refused (here or on another rank): the folder is left as it was found
             self.release_run_lock(cleanup=True)
             raise
@@ -576,9 +579,16 @@ class Trainer:
         reason = f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {self.step + 1} " \
                  f"(loss {loss}, grad norm {grad_norm})"
         if self.info.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "diverged.json").write_text(json.dumps(
-                {"step": self.step + 1, "loss": str(loss), "grad_norm": str(grad_norm), "reason": reason}) + "\n")
+            marker = self.run_dir / "diverged.json"
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                marker.write_text(json.dumps({"step": self.step + 1, "loss": str(loss), "grad_norm": str(grad_norm),
+                                              "reason": reason}) + "\n")
+            except OSError as e:   # rank 0 alone: raised, it would replace the divergence every rank stops on
+                with contextlib.suppress(OSError):
+                    marker.unlink(missing_ok=True)   # a cut-short record would read as a damaged one
+                print(f"warning: cannot write {marker} ({e.strerror or e}), the record of this divergence that "
+                      f"scripts/run_status.py and p_sweep.py read", file=sys.stderr, flush=True)
             self.log.log({"diverged": 1}, step=self.step + 1)
         kept = list_checkpoints(self.run_dir)
         raise TrainingDiverged(f"training diverged: {reason}; " + (

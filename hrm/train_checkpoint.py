@@ -18,17 +18,19 @@ containers and loads with `torch.load(weights_only=True)`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import sys
+import uuid
 from pathlib import Path
 
 import torch
 
 from hrm.checkpoint import (CheckpointError, load_state_strict, read_torch_file, recorded_build, save_model,
                             write_atomic)
-from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome
+from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome, broadcast_object
 from hrm.model import Carry
 from hrm.pretrain_config import command_line_arg
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves
@@ -91,6 +93,10 @@ def _remove(folder: Path, aside: Path | None = None) -> bool:
     return True
 
 
+SHARED_FOLDER_REMEDY = ("every rank saves its part of each checkpoint into the run folder, so with several nodes it "
+                        "must be on a filesystem they all share (set checkpoint_path to a folder there)")
+
+
 def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, reader_state: dict, carry,
                     config: dict, info: DistInfo, keep: int = 0, evaluated_iterations: int | None = None,
                     final_evaluation_pending: bool = False, data: dict | None = None,
@@ -136,9 +142,8 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
     except MissingOnEveryRank as e:
         if info.is_main:   # no rank writes into it
             shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointNotSaved(f"cannot save step {step} into {run_dir}: {e}: every rank saves into the run "
-                                 f"folder, so with several nodes it must be on a filesystem they all share (set "
-                                 f"checkpoint_path to a folder there); {as_they_were()}") from None
+        raise CheckpointNotSaved(f"cannot save step {step} into {run_dir}: {e}: {SHARED_FOLDER_REMEDY}; "
+                                 f"{as_they_were()}") from None
 
     def write_parts() -> None:
         write_atomic(tmp / f"rank_{info.rank}.pt", {"format": FORMAT, "carry": _carry_to_dict(carry),
@@ -282,6 +287,57 @@ def check_run_folder_writable(run_dir: str | Path) -> None:
                 open(run_dir / name, "a").close()
     except OSError as e:
         raise unwritable_run_folder(run_dir, e) from None
+
+
+def _sees(path: Path) -> bool:
+    """Whether `path`, which another node has just made, is there. NFS may answer from a lookup
+    cached before it existed (this rank looked for the run folder before rank 0 made it): opening
+    each folder above it, top down, has the client ask the server again (close-to-open)."""
+    if path.exists():
+        return True
+    for folder in reversed(path.absolute().parents):
+        try:
+            os.listdir(folder)
+        except OSError:
+            break
+    return path.exists()
+
+
+def check_run_folder_shared(run_dir: str | Path, info: DistInfo) -> None:
+    """Collective; nothing for one process. Refuse, at start-up, ranks that do not see the run
+    folder rank 0 holds (several nodes, each with the folder on its own disk): found at the first
+    save, hours in, it would stop the run there. Rank 0 writes a file of a new name into its run
+    folder (a folder that exists on every node, a resumed run's, or a lock file left there, proves
+    nothing), every rank looks for it in its own run folder; rank 0 then removes it."""
+    if not info.enabled:
+        return
+    run_dir = Path(run_dir)
+    # rank 0's probe name, host and folder: every rank looks for that name, and names rank 0's folder
+    name, host, folder = broadcast_object((f".shared_probe.{uuid.uuid4().hex}", socket.gethostname(),
+                                           str(run_dir.absolute())), info)
+    probe = run_dir / name
+
+    def make_probe() -> None:
+        if info.is_main:
+            probe.write_bytes(b"")
+
+    def sees_probe() -> None:
+        if not _sees(probe):   # said alike by the ranks of one node (merge_rank_messages groups them)
+            raise FileNotFoundError(f"{run_dir.absolute()} on {socket.gethostname()} is not the run folder rank 0 "
+                                    f"holds ({folder} on {host}): a file rank 0 has just written there is not in it")
+    try:
+        try:
+            agree_on_outcome(make_probe, info, refusals=(OSError,))
+        except (RefusedOnEveryRank, MissingOnEveryRank) as e:   # a folder rank 0 had just checked
+            raise RefusedOnEveryRank(f"cannot write into the run folder {run_dir}: {e}") from None
+        try:
+            agree_on_outcome(sees_probe, info, refusals=(FileNotFoundError,))
+        except MissingOnEveryRank as e:
+            raise RefusedOnEveryRank(f"{e}; {SHARED_FOLDER_REMEDY}") from None
+    finally:
+        if info.is_main:
+            with contextlib.suppress(OSError):
+                probe.unlink(missing_ok=True)
 
 
 def trained_data_path(trainer: dict) -> str | None:

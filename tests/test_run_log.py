@@ -216,3 +216,62 @@ def test_a_server_out_of_reach_logs_offline_under_auto_and_is_one_line_when_onli
     monkeypatch.setenv("WANDB_MODE", "online")     # forced by the environment: asked for by name too
     with pytest.raises(ValueError, match=r"could not start .*; WANDB_MODE=offline logs"):   # wandb.mode would lose
         RunLog(tmp_path / "c", project="p", run_name="r", config={}, wandb_mode="auto")
+
+
+class FillsUp:
+    """A log file on a disk that fills up: each write stores a few bytes, the next raises ENOSPC."""
+
+    def __init__(self, file):
+        self.file, self.stored_some = file, False
+
+    def write(self, data):
+        import errno
+        if not self.stored_some:
+            self.stored_some = True
+            return self.file.write(data[:5])
+        self.stored_some = False
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+
+class BrokenWandb:
+    """A W&B run whose service has gone away: every call raises."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def log(self, record):
+        self.calls += 1
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def finish(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_record_that_cannot_be_written_is_a_warning_said_once_and_leaves_no_partial_line(tmp_path, capsys):
+    """Rank 0 alone logs between the step's collectives: an OSError (a full disk, an NFS hiccup) or a
+    W&B error raised there stopped rank 0 alone while the other ranks waited in the next all-reduce
+    until its timeout. Now each is a warning said once, and the log holds whole records only (a
+    record cut short by the full disk, with the next glued onto it, made readers refuse the log)."""
+    from hrm.run_log import RunLog
+    from scripts.experiment_tools import read_run_log
+    run = tmp_path / "run"
+    log = RunLog(run, project="p", run_name="r", config={}, wandb_mode="disabled")
+    log.wandb = wandb = BrokenWandb()
+    log.log({"train/loss": 3.0}, step=1)
+    real, log.file = log.file, FillsUp(log.file)
+    log.log({"train/loss": 2.0}, step=2)
+    log.log({"train/loss": 1.5}, step=3)
+    log.file = real   # room again
+    log.log({"train/loss": 1.0}, step=4)
+    log.close()
+    assert read_run_log(run) == [{"step": 1, "train/loss": 3.0}, {"step": 4, "train/loss": 1.0}]
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 2, err
+    assert (f"warning: cannot write the record of step 2 to {run / 'log.jsonl'} (No space left on device); "
+            f"training goes on") in err
+    assert f"warning: W&B stopped logging at step 1 (BrokenPipeError: [Errno 32] Broken pipe); training goes on, " \
+           f"logged to {run / 'log.jsonl'} only" in err
+    assert wandb.calls == 1    # not tried again: each try could fail slowly

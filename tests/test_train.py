@@ -1158,8 +1158,8 @@ def test_a_rank_that_does_not_see_rank_zeros_step_folder_says_the_run_folder_mus
     unseen = tmp_path / "node1" / ".step_4.tmp"
     for rank, r in enumerate(ranks):
         assert r.stdout == (f"failed: cannot save step 4 into {tmp_path / f'node{rank}'}: rank 1: {unseen}, which "
-                            f"rank 0 made, is not there on {socket.gethostname()}: every rank saves into the run "
-                            f"folder, so with several nodes it must be on a filesystem they all share (set "
+                            f"rank 0 made, is not there on {socket.gethostname()}: every rank saves its part of "
+                            f"each checkpoint into the run folder, so with several nodes it must be on a filesystem they all share (set "
                             f"checkpoint_path to a folder there); the run's checkpoints are as they were\n"), r.stdout
     assert os.listdir(tmp_path / "node0") == [] and not (tmp_path / "node1").exists()
 
@@ -1265,6 +1265,37 @@ def test_a_build_without_test_examples_is_warned_of(small_build, tmp_path, capsy
     assert f"warning: {data} has an empty test split" in capsys.readouterr().err
     Trainer(micro_config(small_build, tmp_path / "run2", max_steps=1), CPU, progress=False)
     assert "empty test split" not in capsys.readouterr().err
+
+
+def test_ranks_that_do_not_share_the_run_folder_are_refused_at_start_up(small_build, tmp_path):
+    """Several nodes, each with checkpoint_path on its own disk (here: each rank its own folder):
+    found only at the first save, hours in. Now every rank refuses at start-up, naming the rank, its
+    folder and host, rank 0's, and the remedy; a folder that exists on that node, even with a run
+    lock left in it (a node's own copy of a resumed run), does not pass for rank 0's. Ranks that do
+    share their folder start, and rank 0's probe file is gone."""
+    import socket
+    (tmp_path / "node1").mkdir()
+    (tmp_path / "node1" / ".lock").write_text("pid 1 on elsewhere since 2020-01-01 00:00:00\n")
+    script = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; from test_train import *; "
+              "from hrm.distributed import RefusedOnEveryRank, init_distributed, shutdown; "
+              "info = init_distributed('cpu'); data, out = Path(sys.argv[2]), Path(sys.argv[3])\n"
+              "try: Trainer(micro_config(data, out / f'node{info.rank}'), info, progress=False)\n"
+              "except RefusedOnEveryRank as e: print('refused:', e)\n"
+              "trainer = Trainer(micro_config(data, out / 'shared'), info, progress=False)\n"
+              "print('shared:', sorted(p.name for p in trainer.run_dir.iterdir())); trainer.release_run_lock()\n"
+              "shutdown(wait_for_peers=True)")
+    ranks = run_ranks([sys.executable, "-c", script, str(ROOT), str(small_build), str(tmp_path)], tmp_path,
+                      dict(os.environ, OMP_NUM_THREADS="1", WANDB_MODE="disabled"), port=29561, timeout=120)
+    assert [r.returncode for r in ranks] == [0, 0], "".join(r.stderr for r in ranks)[-3000:]
+    host = socket.gethostname()
+    for r in ranks:
+        assert (f"refused: rank 1: {tmp_path / 'node1'} on {host} is not the run folder rank 0 holds "
+                f"({tmp_path / 'node0'} on {host}): a file rank 0 has just written there is not in it; every rank "
+                f"saves its part of each checkpoint into the run folder, so with several nodes it must be on a "
+                f"filesystem they all share (set checkpoint_path to a folder there)\n") in r.stdout, r.stdout
+        assert "shared: ['.lock', 'all_config.yaml', 'log.jsonl']" in r.stdout, r.stdout
+    # the refused start left rank 0's folder as it found it (none), and rank 1's untouched
+    assert not (tmp_path / "node0").exists() and os.listdir(tmp_path / "node1") == [".lock"]
 
 
 def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_path):
@@ -2174,6 +2205,33 @@ def test_keep_checkpoints_that_cannot_remove_a_step_warns_and_leaves_no_half_rem
         assert remove_unfinished_saves(run) == []
     assert f"warning: could not remove {run / '.step_1.pruned'}" in capsys.readouterr().err
     assert remove_unfinished_saves(run) == [".step_1.pruned"]
+
+
+def test_a_log_that_cannot_be_written_during_training_warns_once_and_the_run_goes_on(small_build, tmp_path,
+                                                                                      capsys):
+    """The disk under log.jsonl fills up, and W&B's service goes away, after the start: rank 0 raised
+    alone in its log write (the other ranks then waited in the next all-reduce until the collective
+    timed out). The run now trains to its end with one warning for each, and saves its checkpoint; a
+    disk that is really full stops every rank at that save (CheckpointNotSaved, agreed)."""
+    from test_run_log import BrokenWandb, FillsUp
+    trainer = Trainer(micro_config(small_build, tmp_path / "run", max_steps=3, eval_save_predictions=False), CPU,
+                      progress=False)
+    trainer.log.file, trainer.log.wandb = FillsUp(trainer.log.file), BrokenWandb()
+    assert trainer.fit()["step"] == 3
+    err = capsys.readouterr().err
+    assert err.count(f"warning: cannot write the record of step 1 to {tmp_path / 'run' / 'log.jsonl'}") == 1, err
+    assert err.count("warning: W&B stopped logging at step 1") == 1 and err.count("warning:") == 2, err
+    assert (tmp_path / "run" / "latest").read_text() == "step_3"
+
+
+def test_a_divergence_record_that_cannot_be_written_still_stops_the_run_as_diverged(small_build, tmp_path, capsys):
+    """Rank 0 writes diverged.json alone: an OSError there replaced, on rank 0 only, the divergence
+    every rank stops on (and pretrain.py's exit 3 that a sweep reads)."""
+    trainer = Trainer(micro_config(small_build, tmp_path / "run", lr=1e30), CPU, progress=False)
+    (tmp_path / "run" / "diverged.json").mkdir()     # cannot be written as a file
+    with pytest.raises(TrainingDiverged, match="training diverged: non-finite"):
+        trainer.fit()
+    assert f"warning: cannot write {tmp_path / 'run' / 'diverged.json'} (Is a directory)" in capsys.readouterr().err
 
 
 def test_a_save_that_fails_on_one_rank_fails_on_every_rank_at_once(tmp_path):
