@@ -151,7 +151,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp_path, capsys):
     out = tmp_path / "results" / "sweep"
     # Two GPU names: CPU torch ignores CUDA_VISIBLE_DEVICES, so the runs train here all the same.
-    argv = ["--data", str(small_build), "--p", "0.3", "0.5", "--seeds", "0", "--steps", "3", "--jobs", "2",
+    argv = ["--data", str(small_build), "--p", "0.3", "0.5", "--seeds", "0", "--steps", "2", "--jobs", "2",
             "--gpus", "5", "7", "--window", "2", "--work", str(tmp_path / "work"), "--out", str(out), "--set", *MICRO]
     assert p_sweep.main(argv) == 0
     cells = [json.loads(p.read_text()) for p in sorted((tmp_path / "work").rglob("cell.json"))]
@@ -163,7 +163,7 @@ def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp
     floor, _ = unigram_floor(small_build)
     assert [(float(r["p"]), int(r["seed"]), r["loops"]) for r in rows] == [(0.3, 0, "2x2"), (0.5, 0, "2x2")]
     for r in rows:
-        assert r["status"] in ("trained", "stuck") and int(r["steps"]) == 3 and r["exit_code"] == "0"
+        assert r["status"] in ("trained", "stuck") and int(r["steps"]) == 2 and r["exit_code"] == "0"
         assert float(r["floor"]) == pytest.approx(floor, rel=1e-5)
         assert math.isfinite(float(r["final_loss"])) and float(r["min_loss"]) <= float(r["final_loss"]) + 1e-6
     assert float(rows[0]["alpha"]) == pytest.approx(6 ** 0.3, rel=1e-5)   # N = 3 for 1+1 layers, C_L = 2
@@ -194,7 +194,7 @@ def test_a_rerun_continues_a_cell_stopped_by_sigterm(small_build, tmp_path, monk
     import subprocess
     import time
     from scripts.experiment_tools import run_logged, thread_env
-    argv = ["--data", str(small_build), "--p", "0.5", "--seeds", "0", "--steps", "12", "--jobs", "1",
+    argv = ["--data", str(small_build), "--p", "0.5", "--seeds", "0", "--steps", "8", "--jobs", "1",
             "--gpus", "none", "--window", "4", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "sweep"),
             "--set", *MICRO]
     run_log = tmp_path / "work" / "lr0.001_loops2x2" / "p0.500_seed0" / "run" / "log.jsonl"
@@ -216,7 +216,7 @@ def test_a_rerun_continues_a_cell_stopped_by_sigterm(small_build, tmp_path, monk
     cell = tmp_path / "work" / "lr0.001_loops2x2" / "p0.500_seed0"
     assert json.loads((cell / "cell.json").read_text())["exit_code"] == 143
     stopped_at = int((cell / "run" / "latest").read_text().removeprefix("step_"))
-    assert 3 <= stopped_at < 12, "SIGTERM came too late to test the rerun"
+    assert 3 <= stopped_at < 8, "SIGTERM came too late to test the rerun"
 
     children = []
     monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: children.append(cmd) or run_logged(cmd, log, **kw))
@@ -228,7 +228,7 @@ def test_a_rerun_continues_a_cell_stopped_by_sigterm(small_build, tmp_path, monk
     assert record["exit_code"] == 0 and record["resumed"] is True and "resume=latest" not in record["command"]
     assert 1000.0 < record["seconds"] < 1300.0          # the stopped attempt's time and the continued one's
     steps = [json.loads(line)["step"] for line in run_log.read_text().splitlines() if "train/loss" in line]
-    assert sorted(set(steps)) == list(range(1, 13))
+    assert sorted(set(steps)) == list(range(1, 9))
     assert (cell / "train.log").read_text().startswith(f"$ {' '.join(children[0][:-1])}")   # the first command
 
 

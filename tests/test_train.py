@@ -581,7 +581,31 @@ def pretrain_cmd(data: Path, run_dir: Path, *extra: str) -> list[str]:
             f"checkpoint_path={run_dir}", "eval_save_predictions=false", *extra]
 
 
+@contextlib.contextmanager
+def one_thread():
+    """Training in this process that is compared bit for bit with a child's (OMP_NUM_THREADS=1):
+    the same single thread, as a sum split over threads can round otherwise."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_as_pretrain(cmd: list[str]) -> Trainer:
+    """The run `cmd` (a pretrain_cmd) makes, trained in this process: its overrides composed as
+    pretrain.py composes them, without a child's start-up (seconds of imports). Call under one_thread."""
+    assert cmd[1] == str(ROOT / "pretrain.py")
+    trainer = Trainer(PretrainConfig(**compose(*cmd[2:])), CPU, progress=False)
+    trainer.fit()
+    return trainer
+
+
 def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
+    """pretrain.py killed (SIGKILL: no handler runs, no file is tidied) after saving step 4 of 6:
+    resumed, its losses are the uninterrupted run's. Only the killed run needs a process of its own;
+    the other two train here, the uninterrupted one while the child runs."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     straight, run = tmp_path / "straight", tmp_path / "killed"
 
@@ -593,15 +617,20 @@ def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
             time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    together(lambda: subprocess.run(pretrain_cmd(small_build, straight, "max_steps=6"), env=env, check=True,
-                                    capture_output=True), killed_after_step_4)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool, one_thread():
+        killed = pool.submit(killed_after_step_4)
+        # here, in the main thread: fit sets its SIGTERM handler, which only the main thread may
+        train_as_pretrain(pretrain_cmd(small_build, straight, "max_steps=6"))
+        killed.result()
     expected = losses_by_step(straight)
     assert sorted(expected) == list(range(1, 7))
     assert (run / "step_4").is_dir() and not (run / "step_6").exists(), "kill came too late to test resume"
-    subprocess.run(pretrain_cmd(small_build, run, "max_steps=6", "checkpoint_interval=2", "resume=latest"),
-                   env=env, check=True, capture_output=True)
-    resumed = losses_by_step(run)
-    assert resumed == expected  # identical floats, step for step
+    with one_thread():
+        resumed = train_as_pretrain(pretrain_cmd(small_build, run, "max_steps=6", "checkpoint_interval=2",
+                                                 "resume=latest"))
+    assert resumed.history[0][0] > 1                    # it continued the killed run's checkpoint
+    assert losses_by_step(run) == expected  # identical floats, step for step
 
 
 # A run of two iterations: batch 8, seed 3, the 6th batch is the last of the first epoch (=
@@ -801,20 +830,21 @@ sys.argv[0] = {str(ROOT / "pretrain.py")!r}
 runpy.run_path(sys.argv[0], run_name="__main__")
 """)
     env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
-    cmd = sweep_cmd(small_build, "lr=1e-3,2e-3")
+    # one step a job: its first save is its last, after its evaluation
+    cmd = [a.replace("max_steps=3", "max_steps=1") for a in sweep_cmd(small_build, "lr=1e-3,2e-3")]
     run = subprocess.run([cmd[0], str(wrapper), *cmd[2:]], cwd=tmp_path, capture_output=True, text=True,
                          timeout=600, env=env)
     assert run.returncode == 143, run.stderr[-3000:]
     runs = tmp_path / "checkpoints" / "sweep"
     [first] = runs.iterdir()
-    assert (first / "latest").read_text() == "step_3" and eval_records(first)
-    stopped = re.search(r"stopped by SIGTERM after the job \S+ finished \(step 3\); the sweep stops here \(any job "
+    assert (first / "latest").read_text() == "step_1" and eval_records(first)
+    stopped = re.search(r"stopped by SIGTERM after the job \S+ finished \(step 1\); the sweep stops here \(any job "
                         r"after this one is not started\): run the same sweep with resume=latest (run_name=\S+) to continue it", run.stderr)
     assert stopped and first.name == stopped[1].removeprefix("run_name=") + "-lr=0.001", run.stderr[-3000:]
-    again = subprocess.run([*sweep_cmd(small_build, "lr=1e-3,2e-3"), "resume=latest", stopped[1]], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600, env=env)
+    again = subprocess.run([*cmd, "resume=latest", stopped[1]], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "the run had already finished at step 3" in again.stdout and "starts afresh" in again.stdout
+    assert "the run had already finished at step 1" in again.stdout and "starts afresh" in again.stdout
     assert sorted(p.name for p in runs.iterdir()) == [first.name, first.name.replace("lr=0.001", "lr=0.002")]
 
 
@@ -870,9 +900,10 @@ def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, 
 
     def saving_predictions(cmd: list[str]) -> list[str]:
         return [arg for arg in cmd if arg != "eval_save_predictions=false"] + evaluated
-    together(*[lambda cmd=cmd: subprocess.run(cmd, env=env, check=True, capture_output=True) for cmd in
-               (pretrain_cmd(small_build, one, *no_explore),
-                saving_predictions(pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2")))])
+    # the one-process runs train here (the ranks' processes, one thread each, are what is compared with)
+    with one_thread():
+        train_as_pretrain(pretrain_cmd(small_build, one, *no_explore))
+        train_as_pretrain(saving_predictions(pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2")))
     worker = ROOT / "tests" / "dist_worker.py"
     # the ranks of one gloo group, started as torchrun starts them (run_ranks: without torchrun's own start-up)
     cmd = [sys.executable, str(worker), str(two)] + saving_predictions(pretrain_cmd(small_build, two, *no_explore))[3:]
@@ -1300,25 +1331,26 @@ def test_ranks_that_do_not_share_the_run_folder_are_refused_at_start_up(small_bu
 
 def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_path):
     """Under torchrun each rank reads its own rank_<r>.pt: when rank 1's is truncated, rank 0 must
-    not say "resumed" and go on into a collective rank 1 never reaches; both refuse, naming it."""
+    not say "resumed" and go on into a collective rank 1 never reaches; both refuse, naming it.
+    The ranks are started as torchrun starts them (run_ranks): every rank's own exit status shows
+    that both refuse, where torchrun would stop a rank left waiting and report one status."""
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29523",
-           str(ROOT / "pretrain.py"), "arch=hrm_tiny", *[f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"],
-           "arch.scaling.rule=deeploop", f"data_path={small_build}", "global_batch_size=8", "epochs=100",
-           "eval_interval=100", "checkpoint_interval=1", "keep_checkpoints=0", f"checkpoint_path={run}"]
+    cmd = [sys.executable, str(ROOT / "pretrain.py"), "arch=hrm_tiny",
+           *[f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"], "arch.scaling.rule=deeploop",
+           f"data_path={small_build}", "global_batch_size=8", "epochs=100", "eval_interval=100",
+           "checkpoint_interval=1", "keep_checkpoints=0", f"checkpoint_path={run}"]
     env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
-    # the two ranks' checkpoints: torchrun is not what this part is for (run_ranks starts the same ranks)
-    first = run_ranks([cmd[0], *cmd[7:], "max_steps=2"], tmp_path, env, port=29523)
+    first = run_ranks(cmd + ["max_steps=2"], tmp_path, env, port=29523)
     assert [r.returncode for r in first] == [0, 0], "".join(r.stderr for r in first)[-3000:]
     damaged = run / "step_2" / "rank_1.pt"
     damaged.write_bytes(damaged.read_bytes()[:100])
-    again = subprocess.run(cmd + ["max_steps=3", "resume=latest"], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=300, env=env)
-    assert again.returncode != 0 and "resumed from" not in again.stdout, again.stdout[-2000:]
+    again = run_ranks(cmd + ["max_steps=3", "resume=latest"], tmp_path, env, port=29549)
+    stdout, stderr = "".join(r.stdout for r in again), "".join(r.stderr for r in again)
+    assert [r.returncode for r in again] == [2, 2] and "resumed from" not in stdout, (stdout + stderr)[-3000:]
     # said once (both ranks raise it: LOCAL_RANK 0 says it), naming the rank whose file it is
-    assert again.stderr.count(f"pretrain.py: error: rank 1: {damaged} is not a checkpoint") == 1, again.stderr[-3000:]
-    assert again.stderr.count(f"{damaged} is not a checkpoint") == 1, again.stderr[-3000:]
-    assert f"resume={run / 'step_1'} continues from the previous checkpoint" in again.stderr
+    assert stderr.count(f"pretrain.py: error: rank 1: {damaged} is not a checkpoint") == 1, stderr[-3000:]
+    assert stderr.count(f"{damaged} is not a checkpoint") == 1, stderr[-3000:]
+    assert f"resume={run / 'step_1'} continues from the previous checkpoint" in again[0].stderr
 
 
 def test_ranks_resumed_under_another_world_size_draw_their_own_exploration(small_build, tmp_path):
@@ -1716,13 +1748,13 @@ def test_a_sweep_from_a_config_file_with_a_run_name(small_build, tmp_path):
     check_sweep(run, tmp_path / "checkpoints" / "sweep", tmp_path, prefix="mine-lr=")
     # resume=latest over the sweep: the trained job continues its own run; the diverged one never
     # wrote a checkpoint, so it starts afresh (its old record archived) instead of stopping the sweep
-    again = subprocess.run([a.replace("max_steps=3", "max_steps=5") for a in
+    again = subprocess.run([a.replace("max_steps=3", "max_steps=4") for a in
                             sweep_cmd(small_build, "--config-dir", str(configs), "--config-name", "sweep",
                                       "run_name=mine", "resume=latest")],
                            cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 3, again.stderr[-3000:]
     runs = tmp_path / "checkpoints" / "sweep"
-    assert (runs / "mine-lr=0.001" / "latest").read_text() == "step_5"
+    assert (runs / "mine-lr=0.001" / "latest").read_text() == "step_4"
     assert "resumed from" in again.stdout and "this job of the sweep starts afresh" in again.stdout
     assert (runs / "mine-lr=1e+30" / "diverged.json").is_file()                  # diverged again
     assert [f.name for f in (runs / "mine-lr=1e+30").glob("diverged.*.json")] == ["diverged.2.json"]  # archived
@@ -1736,7 +1768,7 @@ def test_a_sweep_under_torchrun_runs_every_job(small_build, tmp_path):
     # record is rank 0's alone
     cmd = sweep_cmd(small_build, "arch.scaling.p=0.4,0.5,0.6", "hydra.sweep.dir=checkpoints/multirun/rank${oc.env:RANK}")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29519"] + cmd[1:]
-    run = subprocess.run([a.replace("max_steps=3", "max_steps=2") for a in cmd], cwd=tmp_path, capture_output=True,
+    run = subprocess.run([a.replace("max_steps=3", "max_steps=1") for a in cmd], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     # Hydra's launcher log, from rank 0 alone
