@@ -348,20 +348,30 @@ def check_output_dir(cfg: BuildConfig, target: Path) -> None:
         blocking = _file_in_the_way(target)
         if blocking is not None:   # found now, not by mkdir once the plan is drawn
             raise BuildInputError(f"--output-dir {target}: {blocking} is in its path and is not a directory")
-        return
-    why = _why_not_replaceable(target)
-    if why:
-        raise FileExistsError(f"--output-dir {target}: {why}")
-    if not cfg.overwrite:
-        raise FileExistsError(f"{target} already exists; pass --overwrite to replace it")
+    else:
+        why = _why_not_replaceable(target)
+        if why:
+            raise FileExistsError(f"--output-dir {target}: {why}")
+        if not cfg.overwrite:
+            raise FileExistsError(f"{target} already exists; pass --overwrite to replace it")
+    # the build is written beside the target (.NAME.tmp-*) and renamed onto it: found now, not once
+    # the sources are read and the plan drawn, and named as the folder the user gave
+    folder = _nearest_existing(target.parent)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BuildInputError(f"--output-dir {target}: cannot write into {folder} (permission denied or a "
+                              f"read-only filesystem)")
+
+
+def _nearest_existing(folder: Path) -> Path:
+    while not os.path.lexists(folder):
+        folder = folder.parent          # ends at "." or "/", which exist
+    return folder
 
 
 def _file_in_the_way(target: Path) -> Path | None:
     """The nearest existing ancestor of `target` when it is not a directory (`--output-dir
     notes.txt/build`), else None."""
-    folder = target.parent
-    while not os.path.lexists(folder):
-        folder = folder.parent          # ends at "." or "/", which exist
+    folder = _nearest_existing(target.parent)
     return None if folder.is_dir() else folder
 
 

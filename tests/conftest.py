@@ -2,6 +2,9 @@
 and a micro model."""
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,3 +37,23 @@ def together(*calls):
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(2) as pool:
         return [f.result() for f in [pool.submit(call) for call in calls]]
+
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """`path` unwritable for this process: chmod for a user, the immutable flag for root (whom
+    permission bits do not stop); skips where neither is possible."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o555 if path.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("root, and no chattr +i here: cannot make a folder read-only")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)

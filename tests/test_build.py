@@ -17,6 +17,7 @@ from arc_data.augment import parse_augmentation_name, undo_augmentation
 from arc_data.build import BuildConfig, build, load_sources
 from arc_data.encoding import crop
 from arc_data.manifest import verify
+from conftest import read_only
 from reference_builder import reference_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -549,6 +550,22 @@ def test_an_output_dir_under_a_file_is_refused_before_any_work(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert f"--output-dir {out}: {tmp_path / 'notes.txt'} is in its path and is not a directory" in err, err
     assert sorted(os.listdir(tmp_path)) == ["notes.txt", "src"]
+
+
+def test_an_output_dir_that_cannot_be_written_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """A folder the user may not write into (or a read-only mount): named as the --output-dir given,
+    before the sources are read and the plan drawn, not by the error of the hidden temporary build
+    folder's mkdir after that work."""
+    src = small_source(tmp_path / "src")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    no_work(monkeypatch)
+    out = shared / "builds" / "b"
+    with read_only(shared):
+        assert build_arc.main(["--source-dir", str(src), "--output-dir", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"--output-dir {out}: cannot write into {shared} (permission denied or a read-only filesystem)" in err, err
+    assert os.listdir(shared) == []
 
 
 def test_ctrl_c_ends_the_build_with_one_line_and_exit_130(tmp_path, monkeypatch, capsys):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import MICRO_ARCH, ROOT, together
+from conftest import MICRO_ARCH, ROOT, read_only, together
 from hrm.distributed import DistInfo
 from hrm.pretrain_config import PretrainConfig
 from hrm.train import Trainer, TrainingDiverged, TrainingStopped, lr_at
@@ -314,26 +314,6 @@ def test_a_run_folder_blocked_by_a_file_is_refused_at_start_up(small_build, tmp_
     with pytest.raises(ValueError, match="which is not a folder"):
         Trainer(micro_config(small_build, tmp_path / "a_file" / "branch", resume=str(tmp_path / "run")), CPU,
                 progress=False)
-
-
-@contextlib.contextmanager
-def read_only(path: Path):
-    """`path` unwritable for this process: chmod for a user, the immutable flag for root (whom
-    permission bits do not stop); skips where neither is possible."""
-    if os.geteuid() != 0:
-        mode = path.stat().st_mode
-        path.chmod(0o555 if path.is_dir() else 0o444)
-        try:
-            yield
-        finally:
-            path.chmod(mode)
-        return
-    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
-        pytest.skip("root, and no chattr +i here: cannot make a folder read-only")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
 
 
 def test_a_run_folder_that_cannot_be_written_is_refused_at_start_up(small_build, tmp_path):
