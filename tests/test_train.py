@@ -886,7 +886,7 @@ def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, 
         train_as_pretrain(saving_predictions(pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2")))
     worker = ROOT / "tests" / "dist_worker.py"
     # the ranks of one gloo group, started as torchrun starts them (run_ranks: without torchrun's own start-up)
-    cmd = [sys.executable, str(worker), str(two)] + saving_predictions(pretrain_cmd(small_build, two, *no_explore))[3:]
+    cmd = [sys.executable, str(worker), str(two)] + saving_predictions(pretrain_cmd(small_build, two, *no_explore))[2:]
     ranks = run_ranks(cmd, ROOT, env, port=29517)
     assert [r.returncode for r in ranks] == [0, 0], "".join(r.stderr for r in ranks)[-3000:]
     rank0 = torch.load(two / "weights_rank0.pt", weights_only=True)
