@@ -169,6 +169,11 @@ def check_one_build(fingerprint: dict, data_path: str, info: DistInfo) -> None:
                                  f"every node needs the same build at that path")
 
 
+def error_text(error: BaseException) -> str:
+    """`OSError: [Errno 5] ...`, or the type alone for one without a message (MemoryError())."""
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
 _sweep_stamp: str | None = None   # the time stamp shared by a sweep's default run names (see run_names)
 
 
@@ -337,9 +342,17 @@ class Trainer:
             self._tell_start(resumed_from)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(self.resolved_config, sort_keys=False))
-            self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name, config=self.resolved_config,
-                              wandb_mode=self.wandb_mode, entity=cfg.wandb.entity,
-                              append=bool(cfg.resume))
+            try:
+                self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name,
+                                  config=self.resolved_config, wandb_mode=self.wandb_mode, entity=cfg.wandb.entity,
+                                  append=bool(cfg.resume))
+            except (ValueError, OSError):
+                raise
+            except Exception as e:
+                # wandb's own errors (its service not starting, in offline mode too) are neither: as
+                # they were, rank 0 alone stopped, and the other ranks waited for the agreement
+                raise ValueError(f"W&B could not start ({error_text(e)}); wandb.mode=disabled (WANDB_MODE, if "
+                                 f"set) logs to {self.run_dir / 'log.jsonl'} only") from e
             n_params = sum(p.numel() for p in self.model.parameters())
             self.log.log({"num_params": n_params, **{f"scaling/{m}/{k}": v for m, s in self.model.scaling.items()
                                                       if isinstance(s, dict) for k, v in s.items()
@@ -396,6 +409,7 @@ class Trainer:
         self.final_evaluation_pending = False   # stopped by SIGTERM on the last step, before its evaluation
         self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0; False:
                                         # voting cannot read the build)
+        self.diagnostics_failed = False  # rank 0's visit alignment failed once: not tried again
         if cfg.resume:
             return self._resume()
         self._check_fresh_folder()
@@ -610,6 +624,24 @@ class Trainer:
             record[f"alignment_cosine/{name}"] = r["mean_cosine"]
         return record
 
+    def log_alignment(self, batch: dict) -> None:
+        """Rank 0: log alignment_record, or, when it fails (out of memory on its full-graph step,
+        whose memory grows with diagnostics_rows), warn once and train on without diagnostics. It
+        runs between the step's collectives on rank 0 alone: raised, it stopped rank 0 alone, while
+        the other ranks waited in the next all-reduce; and it is a metric, not worth the run. Not
+        tried again: it would fail alike at every interval, at the cost of a full-graph step."""
+        if self.diagnostics_failed:
+            return
+        try:
+            record = self.alignment_record(batch)
+        except Exception as e:
+            self.diagnostics_failed = True
+            print(f"warning: the visit-alignment diagnostics failed at step {self.step} ({error_text(e)}); "
+                  f"training goes on without them for the rest of this run (a smaller diagnostics_rows needs "
+                  f"less memory)", file=sys.stderr, flush=True)
+            return
+        self.log.log(record, step=self.step)
+
     # ------------------------------------------------------------------------- eval, checkpoints
     def run_evaluation(self) -> dict:
         cfg, info = self.config, self.info
@@ -638,8 +670,11 @@ class Trainer:
 
     def pass_at_k(self, folder: Path) -> dict:
         """pass@K of this evaluation's predictions (rank 0; seconds even for a full build). A build
-        that voting cannot score (no test tasks) logs none, and a voting error is reported, never
-        fatal to the run."""
+        that voting cannot score (no test tasks) logs none, and any voting error (a damaged or
+        unreadable predictions file, memory short) is a warning, never fatal to the run: it runs on
+        rank 0 alone between collectives, where an error stopped rank 0 alone while the others
+        waited for it, and pass@K is a metric that evaluate/vote.py can compute later. The
+        evaluation's other metrics are logged either way."""
         from evaluate.build_reader import load_test_split
         from evaluate.errors import EvaluationInputError
         if self._vote_split is None:
@@ -648,12 +683,20 @@ class Trainer:
             except EvaluationInputError as e:   # the build: said once, not re-read at every evaluation
                 print(f"warning: no pass@K in this run: voting cannot read the build: {e}", flush=True)
                 self._vote_split = False
+            except Exception as e:   # an I/O error or memory short may pass: read again next time
+                print(f"warning: no pass@K for {folder}: cannot read the build's test tasks ({error_text(e)})",
+                      flush=True)
+                return {}
         if not self._vote_split or not self._vote_split.tasks:
             return {}
         try:
             return score_predictions(folder, self._vote_split, self.config.eval_pass_k)
         except EvaluationInputError as e:
             print(f"warning: no pass@K for {folder}: {e}", flush=True)
+            return {}
+        except Exception as e:
+            print(f"warning: no pass@K for {folder} ({error_text(e)}); training goes on, and "
+                  f"`python evaluate/vote.py --predictions {folder}` can score it later", flush=True)
             return {}
 
     def save(self) -> Path:
@@ -734,7 +777,7 @@ class Trainer:
                         bar.set_postfix(loss=f"{record['train/loss']:.4f}", refresh=False)
                     bar.update(1)
                     if cfg.diagnostics_interval and self.step % cfg.diagnostics_interval == 0:
-                        self.log.log(self.alignment_record(batch), step=self.step)
+                        self.log_alignment(batch)
                 if cfg.checkpoint_interval and self.step % cfg.checkpoint_interval == 0:
                     # the run's last step saved before its evaluation: one resumed from it (after a
                     # SIGKILL during that evaluation) runs it

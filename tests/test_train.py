@@ -2063,6 +2063,87 @@ def test_a_build_voting_cannot_read_is_said_once_not_at_every_evaluation(tmp_pat
     assert capsys.readouterr().out == f"warning: no pass@K in this run: voting cannot read the build: {tmp_path}: not ARC tasks\n"
 
 
+def test_a_pass_at_k_that_fails_on_rank_zero_is_a_warning_and_the_run_goes_on(small_build, tmp_path, monkeypatch,
+                                                                               capsys):
+    """Rank 0 scores pass@K alone, between collectives: a build unreadable for a moment (an NFS
+    hiccup) or memory short while voting raised on rank 0 alone, and the other ranks waited for it in
+    their next collective; the run was lost for a metric. Now a warning naming the folder, no pass@K
+    for that evaluation (its other metrics are logged), and the build is read again next time."""
+    from types import SimpleNamespace
+
+    import evaluate.build_reader
+    import hrm.train
+    real_load = evaluate.build_reader.load_test_split
+    trainer = SimpleNamespace(_vote_split=None, config=SimpleNamespace(data_path=str(small_build), eval_pass_k=[1]))
+
+    def unreadable(path):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(evaluate.build_reader, "load_test_split", unreadable)
+    assert Trainer.pass_at_k(trainer, tmp_path / "step_1") == {}
+    assert trainer._vote_split is None          # not given up on: read again at the next evaluation
+    monkeypatch.setattr(evaluate.build_reader, "load_test_split", real_load)
+
+    def short_of_memory(*args):
+        raise MemoryError()
+    monkeypatch.setattr(hrm.train, "score_predictions", short_of_memory)
+    assert Trainer.pass_at_k(trainer, tmp_path / "step_2") == {}
+    assert trainer._vote_split.tasks
+    assert capsys.readouterr().out == (
+        f"warning: no pass@K for {tmp_path / 'step_1'}: cannot read the build's test tasks (OSError: [Errno 5] "
+        f"Input/output error)\n"
+        f"warning: no pass@K for {tmp_path / 'step_2'} (MemoryError); training goes on, and "
+        f"`python evaluate/vote.py --predictions {tmp_path / 'step_2'}` can score it later\n")
+
+
+def test_visit_alignment_that_fails_on_rank_zero_is_said_once_and_training_goes_on(small_build, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """Rank 0 computes the diagnostics alone, between the step's collectives: out of memory there
+    (its full-graph step grows with diagnostics_rows) stopped rank 0 alone while the other ranks
+    waited in the next all-reduce. Now one warning, and no further try (it would fail alike)."""
+    import hrm.diagnostics
+    tries = []
+
+    def out_of_memory(modules, run):
+        tries.append(run())            # the diagnostic forward ran, with its hooks, then:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setattr(hrm.diagnostics, "record_visit_gradients", out_of_memory)
+    cfg = micro_config(small_build, tmp_path / "run", max_steps=2, diagnostics_interval=1,
+                       eval_save_predictions=False)
+    trainer = Trainer(cfg, CPU, progress=False)
+    trainer.run_evaluation = dict     # the run's end evaluates the whole test split: not what is tested here
+    assert trainer.fit()["step"] == 2
+    assert len(tries) == 1 and not trainer.model.full_graph_segments
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and ("warning: the visit-alignment diagnostics failed at step 1 "
+                                           "(OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB); "
+                                           "training goes on without them") in err, err
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "train/loss" in r] == [1, 2]
+    assert not any(k.startswith("alignment") for r in log for k in r)
+
+
+def test_wandb_that_cannot_start_offline_is_refused_on_every_rank(small_build, tmp_path, monkeypatch):
+    """wandb raises errors of its own (its service not starting, in offline mode too), neither
+    ValueError nor OSError: rank 0 raised it alone out of the start's agreed stage, and the other
+    ranks waited for the agreement until their collective's timeout. Now it is that stage's refusal
+    (RefusedOnEveryRank: every rank raises it, pretrain.py says it once), with the error as its cause."""
+    import hrm.train
+    from hrm.distributed import RefusedOnEveryRank
+
+    class ServiceStartTimeoutError(Exception):   # as wandb's, a plain Exception
+        pass
+
+    def no_service(*args, **kwargs):
+        raise ServiceStartTimeoutError("Timed out waiting for wandb service to start after 30.0 seconds")
+    monkeypatch.setattr(hrm.train, "RunLog", no_service)
+    with pytest.raises(RefusedOnEveryRank) as refused:
+        Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False)
+    assert str(refused.value) == ("W&B could not start (ServiceStartTimeoutError: Timed out waiting for wandb "
+                                  "service to start after 30.0 seconds); wandb.mode=disabled (WANDB_MODE, if set) "
+                                  f"logs to {tmp_path / 'run' / 'log.jsonl'} only")
+    assert isinstance(refused.value.__cause__.__cause__, ServiceStartTimeoutError)
+
+
 def test_run_names_of_a_sweep_job(small_build, tmp_path):
     from hrm.train import run_names
     cfg = micro_config(small_build, tmp_path / "fixed")
