@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import secrets
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
@@ -92,6 +93,15 @@ def wandb_run_id(run_name: str) -> str:
     return re.sub(r"[:;,#?/']", "-", run_name)
 
 
+def new_wandb_run_id(run_name: str) -> str:
+    """The W&B run id of a run that starts afresh: its name's id and a random suffix. Two fresh runs
+    of one name (a folder deleted and the ablation run again, one run_name in two checkpoint_paths)
+    are two W&B runs, not one run with both histories laid over each other. The suffix comes from
+    the OS, not from a seeded generator: a rerun with the same seed must still differ, and training's
+    own random streams are left untouched."""
+    return f"{wandb_run_id(run_name)}-{secrets.token_hex(4)}"
+
+
 def _plain(value):
     """JSON-safe number (non-finite floats become strings so the log stays valid JSON)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -114,9 +124,14 @@ class RunLog:
     """Rank 0 only: construct it there, nowhere else."""
 
     def __init__(self, run_dir: Path, *, project: str, run_name: str, config: dict, wandb_mode: str,
-                 entity: str | None = None, append: bool = False):
-        """`append`: a resumed run continues its log; a fresh run starts a new one."""
+                 entity: str | None = None, append: bool = False, wandb_id: str | None = None,
+                 continue_wandb_run: bool = False):
+        """`append`: a resumed run continues its log; a fresh run starts a new one. `wandb_id`: the
+        W&B run's id (None: a new one, new_wandb_run_id). `continue_wandb_run`: a resumed run logs
+        on into the W&B run of that id (made if it is not there: its first part may have run with
+        W&B off or offline); otherwise an existing W&B run of that id is refused, never appended to."""
         mode = resolve_wandb_mode(wandb_mode)  # first: a bad mode leaves no folder behind
+        self.wandb_id = wandb_id or new_wandb_run_id(run_name)
         self.path = Path(run_dir) / "log.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if append:
@@ -128,7 +143,8 @@ class RunLog:
 
             def start(mode: str):
                 return wandb.init(project=project, name=run_name, entity=entity, config=config, mode=mode,
-                                  dir=str(run_dir), resume="allow", id=wandb_run_id(run_name),
+                                  dir=str(run_dir), id=self.wandb_id,
+                                  resume="allow" if continue_wandb_run else "never",
                                   settings=wandb.Settings(init_timeout=30, x_disable_stats=True))
             try:
                 self.wandb = start(mode)

@@ -41,7 +41,7 @@ from hrm.optim import AdamATan2
 from hrm.pretrain_config import PretrainConfig, command_line_arg
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
-from hrm.run_log import RunLog, progress_bar, resolve_wandb_mode
+from hrm.run_log import RunLog, new_wandb_run_id, progress_bar, resolve_wandb_mode, wandb_run_id
 from hrm.scaling import derive_scaling
 from hrm.train_checkpoint import (check_run_folder_shared, check_run_folder_usable, check_run_folder_writable,
                                   checkpoint_step, finish_unrenamed_saves, list_checkpoints, load_checkpoint,
@@ -345,7 +345,8 @@ class Trainer:
             try:
                 self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name,
                                   config=self.resolved_config, wandb_mode=self.wandb_mode, entity=cfg.wandb.entity,
-                                  append=bool(cfg.resume))
+                                  append=bool(cfg.resume), wandb_id=self.wandb_id,
+                                  continue_wandb_run=self.continues_wandb_run)
             except (ValueError, OSError):
                 raise
             except Exception as e:
@@ -410,6 +411,8 @@ class Trainer:
         self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0; False:
                                         # voting cannot read the build)
         self.diagnostics_failed = False  # rank 0's visit alignment failed once: not tried again
+        # A W&B run of its own (a fresh run, a branch), unless _resume continues the run's
+        self.wandb_id, self.continues_wandb_run = new_wandb_run_id(self.run_name), False
         if cfg.resume:
             return self._resume()
         self._check_fresh_folder()
@@ -468,8 +471,14 @@ class Trainer:
             torch.manual_seed(cfg.seed + info.rank)
         if continues_its_run(cfg.run_name, self.run_dir, ckpt) and state["run_name"]:
             # a run continued without run_name (checkpoint_path=, or resume=<its folder>) keeps the
-            # name it started with, not a new `<arch>-<now>`: W&B continues the same run (its id)
+            # name it started with, not a new `<arch>-<now>` (W&B's name for it; its id, for a
+            # checkpoint that predates the recorded one)
             self.run_name = state["run_name"]
+        if ckpt.parent.resolve() == self.run_dir.resolve():
+            # the run's own checkpoint (resume=latest or auto, its folder or a step of it, a requeue):
+            # its W&B run goes on; a checkpoint that predates the recorded id keeps the name's
+            self.wandb_id = state["wandb_id"] or wandb_run_id(self.run_name)
+            self.continues_wandb_run = True
         # torch's load_state_dict brings back the saved groups' settings too; this run's config
         # says what they are now (the lr comes from the schedule at every step)
         settings = {"dense": dict(betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay),
@@ -705,7 +714,7 @@ class Trainer:
                                config=self.resolved_config, info=self.info,
                                keep=self.config.keep_checkpoints, evaluated_iterations=self.evaluated_iterations,
                                final_evaluation_pending=self.final_evaluation_pending, data=self.data_identity,
-                               run_name=self.run_name)
+                               run_name=self.run_name, wandb_id=self.wandb_id)
 
     # ------------------------------------------------------------------------------------- loop
     def fit(self) -> dict:

@@ -100,14 +100,15 @@ SHARED_FOLDER_REMEDY = ("every rank saves its part of each checkpoint into the r
 def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, reader_state: dict, carry,
                     config: dict, info: DistInfo, keep: int = 0, evaluated_iterations: int | None = None,
                     final_evaluation_pending: bool = False, data: dict | None = None,
-                    run_name: str | None = None) -> Path:
+                    run_name: str | None = None, wandb_id: str | None = None) -> Path:
     """Collective: every rank must call it. Returns the final step folder. `evaluated_iterations`:
     how many of the reader's iterations have had their evaluation (a checkpoint written on an
     iteration's last batch, before its evaluation, leaves one pending); `final_evaluation_pending`:
     one written on the run's last step before its evaluation (a SIGTERM's). `data`: the training build's
     identity (arc_data.manifest.build_identity), kept in trainer.pt and model.pt so that resume and
     predict.py recognise another build of the same size. `run_name`: the run's name as it started
-    (a default one holds its start time), kept so that resuming logs to the same W&B run."""
+    (a default one holds its start time), kept so that a run resumed without run_name keeps it.
+    `wandb_id`: its W&B run's id, kept so that every resume of the run logs to the same W&B run."""
     run_dir = Path(run_dir)
     final = run_dir / f"step_{step}"
     tmp = run_dir / f".step_{step}.tmp"
@@ -154,6 +155,7 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
                 "format": FORMAT, "step": step, "world_size": info.world_size, "config": config,
                 "scaling": model.scaling, "reader": reader_state, "evaluated_iterations": evaluated_iterations,
                 "final_evaluation_pending": final_evaluation_pending, "data": data, "run_name": run_name,
+                "wandb_id": wandb_id,
                 # the config keeps data_path as typed (often relative to where training ran); this one
                 # finds the build from anywhere (predict.py)
                 "data_path_resolved": str(Path(config["data_path"]).resolve()) if config.get("data_path") else None,
@@ -436,7 +438,7 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
                     check_config=None) -> dict:
     """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config",
     "evaluated_iterations" (None in checkpoints that predate it), "final_evaluation_pending" (False
-    in those), "run_name" (None in those), "world_size" (the saving run's)}.
+    in those), "run_name" and "wandb_id" (None in those), "world_size" (the saving run's)}.
     `check_config(saved_config, saved_data)` runs before anything is restored (the weights can be
     GBs) and may refuse the checkpoint; `saved_data` is the build identity (None in checkpoints
     that predate it).
@@ -478,4 +480,5 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
     return {"step": trainer["step"], "reader": trainer["reader"], "carry": carry, "config": trainer["config"],
             "evaluated_iterations": trainer.get("evaluated_iterations"),
             "final_evaluation_pending": trainer.get("final_evaluation_pending", False),
-            "run_name": trainer.get("run_name"), "world_size": trainer["world_size"]}
+            "run_name": trainer.get("run_name"), "wandb_id": trainer.get("wandb_id"),
+            "world_size": trainer["world_size"]}

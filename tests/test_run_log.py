@@ -1,6 +1,7 @@
 """W&B never prompts or waits: auto mode goes online only with credentials, offline works with no network."""
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -40,17 +41,45 @@ def test_offline_run_logs_without_prompting_or_network(tmp_path):
 
 
 def test_a_sweep_run_name_makes_a_run_id_wandb_accepts(tmp_path):
-    """A sweep of two keys names its runs `<run>-a=1,b=2`: W&B refuses ',' (and `:;#?/'`) in a run id."""
+    """A sweep of two keys names its runs `<run>-a=1,b=2`: W&B refuses ',' (and `:;#?/'`) in a run id.
+    A new run's id is that and a random suffix (resume="never"); a resumed run's continues its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
     env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path), NETRC=str(tmp_path / "none"))
     code = ("from pathlib import Path; from hrm.run_log import RunLog\n"
             f"log = RunLog(Path({str(tmp_path / 'run')!r}), project='p', run_name=\"x-arch.scaling.p=0.3,lr=0.001\", "
             "config={}, wandb_mode='offline')\n"
+            "print(log.wandb.id); log.close()\n"
+            f"log = RunLog(Path({str(tmp_path / 'run')!r}), project='p', run_name=\"x-arch.scaling.p=0.3,lr=0.001\", "
+            "config={}, wandb_mode='offline', append=True, wandb_id=log.wandb_id, continue_wandb_run=True)\n"
             "print(log.wandb.id); log.close()\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, timeout=120,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "x-arch.scaling.p=0.3-lr=0.001"
+    new, resumed = out.stdout.strip().splitlines()[-2:]
+    assert re.fullmatch(r"x-arch\.scaling\.p=0\.3-lr=0\.001-[0-9a-f]{8}", new) and resumed == new
+
+
+def test_a_new_run_never_joins_the_wandb_run_of_an_earlier_one_of_its_name(monkeypatch, tmp_path):
+    """Two fresh runs of one name (a run folder deleted and the run started again) were one W&B run,
+    with resume="allow": the second's history was appended to the first's. A new run gets an id of
+    its own and refuses an existing W&B run; a given id (a resumed run's) is continued."""
+    import wandb
+    from hrm.run_log import RunLog
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    asked = []
+
+    def init(**kwargs):
+        asked.append((kwargs["id"], kwargs["resume"], kwargs["name"]))
+        return types.SimpleNamespace(define_metric=lambda *args, **kw: None, finish=lambda: None)
+    monkeypatch.setattr(wandb, "init", init)
+    for folder in ("a", "b", "c"):
+        RunLog(tmp_path / folder, project="p", run_name="ablation/x", config={}, wandb_mode="offline").close()
+    RunLog(tmp_path / "a", project="p", run_name="ablation/x", config={}, wandb_mode="offline", append=True,
+           wandb_id=asked[0][0], continue_wandb_run=True).close()
+    ids = [run_id for run_id, _, _ in asked]
+    assert all(re.fullmatch(r"ablation-x-[0-9a-f]{8}", run_id) for run_id in ids) and len(set(ids[:3])) == 3
+    assert [resume for _, resume, _ in asked] == ["never"] * 3 + ["allow"] and ids[3] == ids[0]
+    assert {name for _, _, name in asked} == {"ablation/x"}   # the name W&B shows is still the run's
 
 
 def test_a_resumed_run_keeps_the_records_it_logs_below_its_wandb_runs_last_step(tmp_path):

@@ -351,6 +351,62 @@ def test_a_run_resumed_without_run_name_keeps_the_name_it_started_with(small_bui
     assert branch.run_name.endswith("-20990101-000000")
 
 
+def test_each_run_has_a_wandb_run_of_its_own_which_every_resume_of_it_continues(small_build, tmp_path, monkeypatch):
+    """A fresh run under a name used before (its folder deleted and the ablation run again) was
+    given the same W&B id with resume="allow": its history was laid over the old run's in one W&B
+    run. Now a fresh run or a branch gets a new id (resume="never"), recorded in its checkpoints;
+    each resume of the run (latest, its folder, a step of it) continues that W&B run; a
+    checkpoint saved before the id was recorded keeps the name's id."""
+    import shutil
+    import types
+
+    import wandb
+    from hrm.run_log import wandb_run_id
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    started = []
+
+    def init(**kwargs):   # records what the run asks of W&B; no network, no files
+        started.append(kwargs)
+        return types.SimpleNamespace(define_metric=lambda *a, **k: None, log=lambda *a, **k: None,
+                                     finish=lambda: None)
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.chdir(tmp_path)
+    base = micro_config(small_build, tmp_path, checkpoint_path=None, project_name="proj", run_name="ablation,a=1",
+                        wandb={"mode": "offline"})
+    run = tmp_path / "checkpoints" / "proj" / "ablation,a=1"
+
+    def start(fit=False, **update) -> tuple[str, str]:
+        """The W&B run a start logs to (id, resume): W&B starts with the Trainer; `fit` to save a checkpoint."""
+        trainer = Trainer(base.model_copy(update={"max_steps": 1, **update}), CPU, progress=False)
+        if fit:
+            trainer.fit()
+        else:
+            trainer.log.close()
+            trainer.release_run_lock()
+        return started[-1]["id"], started[-1]["resume"]
+
+    first, resume = start(fit=True)
+    assert first.startswith("ablation-a=1-") and first != "ablation-a=1" and resume == "never"
+    assert torch.load(run / "step_1" / "trainer.pt", weights_only=True)["wandb_id"] == first
+    for resume in ("latest", str(run), str(run / "step_1")):   # pretrain.py makes `auto` latest
+        assert start(resume=resume) == (first, "allow"), resume
+    # without run_name, from the run's folder (a requeued job's checkpoint_path=)
+    assert start(run_name=None, checkpoint_path=str(run), resume="latest") == (first, "allow")
+    # a branch from it: its own W&B run, recorded for its own resumes
+    branch, resume = start(fit=True, run_name="b", resume=str(run / "step_1"))
+    assert branch.startswith("b-") and branch != first and resume == "never"
+    assert start(run_name="b", resume="latest") == (branch, "allow")
+    # the folder deleted and the run started again under its name: another W&B run
+    shutil.rmtree(run)
+    again, resume = start(fit=True)
+    assert again.startswith("ablation-a=1-") and again != first and resume == "never"
+    # a checkpoint that predates the recorded id continues the W&B run its name named
+    state = torch.load(run / "step_1" / "trainer.pt", weights_only=True)
+    del state["wandb_id"]
+    torch.save(state, run / "step_1" / "trainer.pt")
+    assert start(resume="latest") == (wandb_run_id("ablation,a=1"), "allow")
+
+
 def test_a_save_left_unfinished_by_a_kill_is_removed_when_the_run_continues(small_build, tmp_path, capsys):
     """SIGKILL (or a second SIGTERM) during a save leaves `.step_<N>.tmp/`, as big as a checkpoint:
     the resumed run ignores it as a checkpoint and removes it, saying so, even when it will never
