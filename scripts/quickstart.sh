@@ -3,6 +3,14 @@
 # tasks, 8 augmentations each), train hrm_tiny for 300 steps, predict, vote, print pass@K.
 #   bash scripts/quickstart.sh [extra pretrain.py overrides, e.g. max_steps=100]
 set -euo pipefail
+# --help would otherwise reach pretrain.py only after a rebuild and the removal of the last run,
+# then fail on the missing checkpoint; say what the script does and touch nothing
+for arg in "$@"; do
+    if [[ $arg == -h || $arg == --help ]]; then
+        sed -n '2,4s/^# \{0,1\}//p' "$0"
+        exit 0
+    fi
+done
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 DATA=data/quickstart

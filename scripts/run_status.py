@@ -318,8 +318,11 @@ def main(argv=None) -> int:
         print(f"run_status.py: error: {e}", file=sys.stderr)
         return 2
     for r in rows:
+        # min is the lowest window mean, not the lowest single loss (one batch is noise): said so, as a
+        # run shorter than the window has its min equal to its final loss
+        span = min(args.window, r['steps'])
         print(f"{r['run']}: {r['status']}  steps {r['steps']}  final loss {r['final_loss']:.4f} "
-              f"(mean of the last {min(args.window, r['steps'])})  min {r['min_loss']:.4f}  floor {r['floor']:.4f}  "
+              f"(mean of the last {span})  min {r['min_loss']:.4f} ({span}-step mean)  floor {r['floor']:.4f}  "
               + evaluation_text(r)
               + (f"  (stopped by SIGTERM at step {r['stopped_at']}: resume it to finish)" if r["stopped_at"] else ""))
     return 0

@@ -59,6 +59,16 @@ def test_each_run_is_classified_against_the_floor_of_its_build(small_build, tmp_
     assert lines[0].endswith(f"floor {floor:.4f}  no evaluation yet")      # was "eval lm_loss nan  eval pass@2 nan"
 
 
+def test_min_is_labelled_as_the_lowest_window_mean_not_the_lowest_loss(small_build, tmp_path, capsys):
+    """min is a moving mean: for 4 steps with one loss of 1.0 it is the mean, 2.5, and must not read
+    as the lowest loss (a newcomer saw `min` equal to `final loss` above a lower logged one)."""
+    run = write_run(tmp_path / "run", [4.0, 1.0, 3.0, 2.0], small_build)
+    assert main([str(run)]) == 0
+    assert "final loss 2.5000 (mean of the last 4)  min 2.5000 (4-step mean)  floor" in capsys.readouterr().out
+    assert main([str(run), "--window", "2"]) == 0
+    assert "min 2.0000 (2-step mean)" in capsys.readouterr().out          # (1 + 3) / 2, the lowest pair
+
+
 def test_the_last_evaluation_is_shown(small_build, tmp_path, capsys):
     evals = [{"step": 20, "eval/lm_loss": 1.5, "eval/pass@2": 0.125}, {"step": 40, "eval/lm_loss": 1.25, "eval/pass@2": 0.25}]
     run = write_run(tmp_path / "run", [0.1] * 40, small_build, evals=evals)
