@@ -32,7 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--extra-dir", action="append", default=[], metavar="DIR",
                    help="a folder whose subfolders hold task JSON, e.g. ConceptARC's corpus/ (repeatable)")
     p.add_argument("--num-aug", type=int, default=1000, help="augmented variants per task (default 1000)")
-    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--seed", type=int, default=42, help="seed of every random draw of the build (default 42, as HRM)")
     p.add_argument("--output-dir", help=f"default {DEFAULT_OUTPUT['arc-agi-1']} ({DEFAULT_OUTPUT['arc-agi-2']} for arc-agi-2)")
     p.add_argument("--listing-order", choices=LISTING_ORDERS, default="sorted",
                    help="order in which subsets and task files are listed before shuffling (default sorted)")
