@@ -79,8 +79,11 @@ FILE_BAR_INTERVAL_S = 30.0
 
 def progress_bar(iterable=None, **kwargs) -> tqdm:
     """A tqdm bar: redrawn up to 10 times a second on a terminal, every FILE_BAR_INTERVAL_S into a file."""
-    interactive = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-    return tqdm(iterable, mininterval=0.1 if interactive else FILE_BAR_INTERVAL_S, **kwargs)
+    if hasattr(sys.stderr, "isatty") and sys.stderr.isatty():
+        return tqdm(iterable, mininterval=0.1, **kwargs)
+    # maxinterval too: tqdm's monitor thread forces a redraw of a bar quiet for maxinterval (10 s by
+    # default), which would otherwise redraw it every 10-20 s whatever mininterval says
+    return tqdm(iterable, mininterval=FILE_BAR_INTERVAL_S, maxinterval=FILE_BAR_INTERVAL_S, **kwargs)
 
 
 # the x axis of a run's W&B charts: the training step, as log.jsonl's "step"

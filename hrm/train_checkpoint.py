@@ -294,14 +294,16 @@ def check_run_folder_writable(run_dir: str | Path) -> None:
 def _sees(path: Path) -> bool:
     """Whether `path`, which another node has just made, is there. NFS may answer from a lookup
     cached before it existed (this rank looked for the run folder before rank 0 made it): opening
-    each folder above it, top down, has the client ask the server again (close-to-open)."""
+    each folder above it, top down, has the client ask the server again (close-to-open). A folder
+    this user may pass through but not list (a shared /project of mode 711) is skipped, not the
+    end: the folders below it, the run folder's parent above all, are the ones that matter."""
     if path.exists():
         return True
     for folder in reversed(path.absolute().parents):
         try:
             os.listdir(folder)
         except OSError:
-            break
+            continue
     return path.exists()
 
 

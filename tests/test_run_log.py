@@ -304,3 +304,17 @@ def test_a_record_that_cannot_be_written_is_a_warning_said_once_and_leaves_no_pa
     assert f"warning: W&B stopped logging at step 1 (BrokenPipeError: [Errno 32] Broken pipe); training goes on, " \
            f"logged to {run / 'log.jsonl'} only" in err
     assert wandb.calls == 1    # not tried again: each try could fail slowly
+
+
+def test_a_bar_into_a_file_is_not_forced_to_redraw_sooner_than_its_interval(monkeypatch):
+    """stderr into a file: mininterval alone left tqdm's monitor thread, which redraws any bar
+    quiet for `maxinterval` (10 s by default), to redraw it every 10-20 s rather than the 30 s the
+    README gives. On a terminal the bar stays live."""
+    import io
+
+    from hrm.run_log import FILE_BAR_INTERVAL_S, progress_bar
+    monkeypatch.setattr(sys, "stderr", io.StringIO())   # not a terminal
+    bar = progress_bar([], file=io.StringIO())
+    assert bar.mininterval == FILE_BAR_INTERVAL_S and bar.maxinterval >= FILE_BAR_INTERVAL_S
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert progress_bar([], file=io.StringIO()).mininterval == 0.1

@@ -1365,6 +1365,27 @@ def test_ranks_that_do_not_share_the_run_folder_are_refused_at_start_up(small_bu
     assert not (tmp_path / "node0").exists() and os.listdir(tmp_path / "node1") == [".lock"]
 
 
+def test_a_rank_asks_again_below_a_folder_it_may_not_list(tmp_path, monkeypatch):
+    """NFS may answer 'no such file' for rank 0's probe from a lookup cached before the run folder
+    existed; listing each folder above it has the server asked again. A folder on the way that
+    this user may pass through but not list (a shared /project of mode 711) ended the listing, so
+    the run folder's parent was never asked again and a shared folder was refused as not shared."""
+    from hrm.train_checkpoint import _sees
+    locked, run = tmp_path / "project", tmp_path / "project" / "group" / "run"
+    run.mkdir(parents=True)
+    probe = run / ".shared_probe.x"
+    real_listdir = os.listdir
+
+    def listdir(folder):   # the server, asked again: the probe rank 0 wrote shows up now
+        if Path(folder) == locked:
+            raise PermissionError(13, "Permission denied", str(folder))
+        if Path(folder) == run:
+            probe.write_bytes(b"")
+        return real_listdir(folder)
+    monkeypatch.setattr(os, "listdir", listdir)
+    assert _sees(probe)
+
+
 def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_path):
     """Under torchrun each rank reads its own rank_<r>.pt: when rank 1's is truncated, rank 0 must
     not say "resumed" and go on into a collective rank 1 never reaches; both refuse, naming it.
