@@ -476,8 +476,9 @@ class Trainer:
             self.run_name = state["run_name"]
         if ckpt.parent.resolve() == self.run_dir.resolve():
             # the run's own checkpoint (resume=latest or auto, its folder or a step of it, a requeue):
-            # its W&B run goes on; a checkpoint that predates the recorded id keeps the name's
-            self.wandb_id = state["wandb_id"] or wandb_run_id(self.run_name)
+            # its W&B run goes on; a checkpoint that predates the recorded id keeps the id of the
+            # name it started with (this start may give another run_name)
+            self.wandb_id = state["wandb_id"] or wandb_run_id(state["run_name"] or self.run_name)
             self.continues_wandb_run = True
         # torch's load_state_dict brings back the saved groups' settings too; this run's config
         # says what they are now (the lr comes from the schedule at every step)

@@ -405,6 +405,9 @@ def test_each_run_has_a_wandb_run_of_its_own_which_every_resume_of_it_continues(
     del state["wandb_id"]
     torch.save(state, run / "step_1" / "trainer.pt")
     assert start(resume="latest") == (wandb_run_id("ablation,a=1"), "allow")
+    # ... also when continued in its folder under another run_name: the name it started with
+    assert start(run_name="renamed", checkpoint_path=str(run), resume="latest") == (wandb_run_id("ablation,a=1"),
+                                                                                    "allow")
 
 
 def test_a_save_left_unfinished_by_a_kill_is_removed_when_the_run_continues(small_build, tmp_path, capsys):
