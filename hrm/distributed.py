@@ -142,9 +142,10 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
-class AgreedOnEveryRank:
-    """Marks an error every rank raised with the same message (`agree_on_outcome`): pretrain.py
-    says it once per machine rather than once per rank."""
+class AgreedOnEveryRank(Exception):
+    """An error every rank raised with the same message (`agree_on_outcome`): pretrain.py says it
+    once per machine rather than once per rank. Caught as such by a caller that words any failed
+    stage alike, whether refused or missing."""
 
 
 class RefusedOnEveryRank(AgreedOnEveryRank, ValueError):

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from hrm.checkpoint import named_write_error
-from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome, all_reduce_sum_
+from hrm.distributed import AgreedOnEveryRank, DistInfo, agree_on_outcome, all_reduce_sum_
 from hrm.run_log import progress_bar
 
 
@@ -165,6 +165,6 @@ def write_predictions(out_dir: str | Path, arrays: dict, info: DistInfo, *, data
     for stage in (clear, write_rank_file, write_info):
         try:
             agree_on_outcome(stage, info, refusals=(OSError,))
-        except (RefusedOnEveryRank, MissingOnEveryRank) as e:
+        except AgreedOnEveryRank as e:
             raise PredictionsNotWritten(f"cannot write the predictions into {out_dir}: {e}") from None
     return out_dir

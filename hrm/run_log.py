@@ -105,6 +105,11 @@ def new_wandb_run_id(run_name: str) -> str:
     return f"{wandb_run_id(run_name)}-{secrets.token_hex(4)}"
 
 
+def error_text(error: BaseException) -> str:
+    """`OSError: [Errno 5] ...`, or the type alone for one without a message (MemoryError())."""
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
 def _plain(value):
     """JSON-safe number (non-finite floats become strings so the log stays valid JSON)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -202,7 +207,7 @@ class RunLog:
                 self.wandb.log({**record, WANDB_STEP: step})
             except Exception as e:   # wandb raises its own errors, and whatever its service's pipe does
                 # log.jsonl still holds every record; each further try could fail slowly
-                self._warn_once("wandb", f"W&B stopped logging at step {step} ({type(e).__name__}: {e}); "
+                self._warn_once("wandb", f"W&B stopped logging at step {step} ({error_text(e)}); "
                                          f"training goes on, logged to {self.path} only")
 
     def _append(self, data: bytes) -> None:
@@ -237,5 +242,5 @@ class RunLog:
             try:
                 self.wandb.finish()
             except Exception as e:
-                self._warn_once("wandb", f"W&B could not finish the run ({type(e).__name__}: {e}); "
+                self._warn_once("wandb", f"W&B could not finish the run ({error_text(e)}); "
                                          f"{self.path} holds every record")

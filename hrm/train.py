@@ -41,7 +41,7 @@ from hrm.optim import AdamATan2
 from hrm.pretrain_config import PretrainConfig, command_line_arg
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
-from hrm.run_log import RunLog, new_wandb_run_id, progress_bar, resolve_wandb_mode, wandb_run_id
+from hrm.run_log import RunLog, error_text, new_wandb_run_id, progress_bar, resolve_wandb_mode, wandb_run_id
 from hrm.scaling import derive_scaling
 from hrm.train_checkpoint import (check_run_folder_shared, check_run_folder_usable, check_run_folder_writable,
                                   checkpoint_step, finish_unrenamed_saves, list_checkpoints, load_checkpoint,
@@ -167,11 +167,6 @@ def check_one_build(fingerprint: dict, data_path: str, info: DistInfo) -> None:
         raise RefusedOnEveryRank(f"data_path={data_path}: {rank_span(others)} read another build than rank 0 "
                                  f"(identifiers.json, manifest digest or split sizes differ); with several nodes, "
                                  f"every node needs the same build at that path")
-
-
-def error_text(error: BaseException) -> str:
-    """`OSError: [Errno 5] ...`, or the type alone for one without a message (MemoryError())."""
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 _sweep_stamp: str | None = None   # the time stamp shared by a sweep's default run names (see run_names)

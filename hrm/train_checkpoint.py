@@ -30,7 +30,8 @@ import torch
 
 from hrm.checkpoint import (CheckpointError, load_state_strict, read_torch_file, recorded_build, save_model,
                             write_atomic)
-from hrm.distributed import DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome, broadcast_object
+from hrm.distributed import (AgreedOnEveryRank, DistInfo, MissingOnEveryRank, RefusedOnEveryRank, agree_on_outcome,
+                             broadcast_object)
 from hrm.model import Carry
 from hrm.pretrain_config import command_line_arg
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves
@@ -127,7 +128,7 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
     # exchanged like the stages below: a disk already full refuses the folder itself, on rank 0 alone
     try:
         agree_on_outcome(make_folder, info, refusals=(OSError,))
-    except (RefusedOnEveryRank, MissingOnEveryRank) as e:
+    except AgreedOnEveryRank as e:
         raise CheckpointNotSaved(f"cannot save step {step} into {run_dir}: {e}; {as_they_were()}") from None
 
     def sees_folder() -> None:
@@ -191,14 +192,14 @@ def save_checkpoint(run_dir: str | Path, *, step: int, model, optimizers: dict, 
     # disk, a quota) would otherwise leave the others waiting in the next collective until a timeout
     try:
         agree_on_outcome(write_parts, info, refusals=(OSError,))
-    except (RefusedOnEveryRank, MissingOnEveryRank) as e:
+    except AgreedOnEveryRank as e:
         if info.is_main:   # every rank is done with it; on a full disk, the space it took is needed
             shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointNotSaved(f"cannot save step {step} into {run_dir}: {e}; what it had written is removed, "
                                  f"and {as_they_were()}") from None
     try:
         agree_on_outcome(put_in_place, info, refusals=(OSError,))
-    except (RefusedOnEveryRank, MissingOnEveryRank) as e:
+    except AgreedOnEveryRank as e:
         raise CheckpointNotSaved(f"cannot put the save of step {step} in place in {run_dir}: {e}; resume=latest "
                                  f"continues from the newest complete checkpoint there") from None
     return final
@@ -332,7 +333,7 @@ def check_run_folder_shared(run_dir: str | Path, info: DistInfo) -> None:
     try:
         try:
             agree_on_outcome(make_probe, info, refusals=(OSError,))
-        except (RefusedOnEveryRank, MissingOnEveryRank) as e:   # a folder rank 0 had just checked
+        except AgreedOnEveryRank as e:   # a folder rank 0 had just checked
             raise RefusedOnEveryRank(f"cannot write into the run folder {run_dir}: {e}") from None
         try:
             agree_on_outcome(sees_probe, info, refusals=(FileNotFoundError,))
