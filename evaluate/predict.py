@@ -11,11 +11,13 @@ one written by the original HRM code (a raw state-dict file such as `step_414456
 reset once and runs exactly halt_max_steps segments; the last segment's argmax tokens and q_halt
 logits are written, one `rank_<r>.npz` per rank plus `info.json` (DESIGN.md, "Predictions").
 Default output: `<run>/predictions/<step>/` beside the checkpoint; either output folder is checked
-before the evaluation (an existing file there, or in its path, is refused). `compile` (auto: on
+before the evaluation (an existing file there, or in its path, is refused; predictions already
+there are replaced, with a note). `compile` (auto: on
 CUDA) runs the segment under torch.compile, as training's evaluation does.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -100,6 +102,36 @@ def check_output_folder(folder: Path, what: str, hint: str = "") -> None:
         check_output_dir(folder, what)
     except EvaluationInputError as e:
         raise PredictError(f"{e}{hint}") from None
+
+
+def earlier_predictions(folder: Path) -> str | None:
+    """What an earlier evaluation left in ``folder`` (write_predictions replaces its info.json and
+    rank files), in words for the note, or None when there is nothing."""
+    info_file = folder / "info.json"
+    if not info_file.is_file():
+        return "the rank files of an evaluation that did not finish" if any(folder.glob("rank_*.npz")) else None
+    try:
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):     # unreadable, or not JSON: replaced all the same
+        info = None
+    if not isinstance(info, dict):
+        return "the predictions of an earlier evaluation"
+    step = info.get("step")
+    if not info.get("checkpoint"):    # training writes none: its own evaluation of the step
+        return "the predictions of training's evaluation" + (f" of step {step}" if step is not None else "")
+    return f"the predictions of checkpoint {info['checkpoint']}" + (f" (step {step})" if step is not None else "")
+
+
+def note_replaced(out_dir: Path, default: bool) -> None:
+    """Say, before the evaluation, that predictions already in the output folder are replaced, and
+    whose they are: in the default folder, training's evaluation of the step as a rule (equal on the
+    same device and settings, not with another batch size or compile: rounding); in output_dir=,
+    whatever was written there last, e.g. another checkpoint's when one folder serves several.
+    Said, not refused, alike for both."""
+    held = earlier_predictions(out_dir)
+    if held is not None:
+        keep = "output_dir=DIR keeps them" if default else "give another output_dir to keep them"
+        print(f"note: {out_dir} holds {held}: they are replaced; {keep}", flush=True)
 
 
 def resolve_checkpoint(checkpoint: str) -> str:
@@ -241,11 +273,8 @@ def main(argv=None) -> int:
         out_dir = Path(args.get("output_dir") or out)
         if "output_dir" not in args:   # the default, known only now: still before the evaluation
             check_output_folder(out_dir, "the predictions folder", hint="; pass output_dir=DIR for another")
-            if (out_dir / "info.json").is_file() and int(os.environ.get("RANK", "0")) == 0:
-                # training's own evaluation of this step, as a rule: equal on the same device and
-                # settings, not with another batch size or compile (rounding); said, not refused
-                print(f"note: {out_dir} holds this step's predictions already (training's evaluation): they are "
-                      f"replaced; output_dir=DIR keeps them", flush=True)
+        if int(os.environ.get("RANK", "0")) == 0:
+            note_replaced(out_dir, default="output_dir" not in args)
         test = load_split(data_path, "test")
         # without a puzzle embedding (puzzle_emb_ndim=0) no weight belongs to a puzzle: any build
         # of the same seq_len and vocabulary evaluates (another num_aug, ARC-AGI-2's), as the model

@@ -297,11 +297,13 @@ def test_a_relative_data_path_of_training_is_found_from_another_directory(small_
     assert predict.main([f"checkpoint={tmp_path / 'run' / 'step_1'}", "batch_size=16"]) == 0
     info = json.loads((tmp_path / "run" / "predictions" / "step_1" / "info.json").read_text())
     assert info["data_path"] == str(small_build.resolve())
-    # run again: the default folder now holds predictions (training's, as a rule), replaced with a word
-    assert "holds this step's predictions already" not in capsys.readouterr().out
+    # run again: the default folder now holds predictions (training's, as a rule; here the first
+    # run's, which info.json names), replaced with a word
+    assert "note:" not in capsys.readouterr().out
     assert predict.main([f"checkpoint={tmp_path / 'run' / 'step_1'}", "batch_size=16"]) == 0
-    assert (f"note: {tmp_path / 'run' / 'predictions' / 'step_1'} holds this step's predictions already "
-            f"(training's evaluation): they are replaced; output_dir=DIR keeps them") in capsys.readouterr().out
+    assert (f"note: {tmp_path / 'run' / 'predictions' / 'step_1'} holds the predictions of checkpoint "
+            f"{tmp_path / 'run' / 'step_1'} (step 1): they are replaced; output_dir=DIR keeps them"
+            ) in capsys.readouterr().out
 
 
 def test_a_relative_data_path_naming_another_build_here_is_not_taken_for_the_training_one(small_build, tmp_path,
@@ -479,6 +481,46 @@ def test_a_default_output_folder_blocked_by_a_file_is_refused_before_evaluating(
     err = one_line_error(capsys)
     assert f"{tmp_path / 'orig' / 'predictions'} is in its path and is not a directory" in err
     assert "output_dir=DIR" in err
+
+
+def test_predictions_already_in_output_dir_are_replaced_with_a_note(small_build, tmp_path, monkeypatch, capsys):
+    """output_dir= reused for another checkpoint (one folder for several steps) replaces what is
+    there: said before the evaluation, as for the default folder, naming whose predictions they were."""
+    from hrm.evaluation import _EMPTY
+
+    def evaluate(*args, **kwargs):      # the model's work is not the point: no rows, at once
+        print(" test rows: (evaluated)")
+        return {}, dict(_EMPTY)
+
+    monkeypatch.setattr(predict, "evaluate", evaluate)
+    original = write_original_run(small_build, tmp_path / "orig")
+    out = tmp_path / "preds"
+    out.mkdir()
+    for r in range(2):      # a 2-rank evaluation of another checkpoint
+        (out / f"rank_{r}.npz").write_bytes(b"old")
+    (out / "info.json").write_text(json.dumps({"data_path": str(small_build), "step": 3, "world_size": 2,
+                                               "checkpoint": "other/step_3"}))
+    assert predict.main([f"checkpoint={original}", f"output_dir={out}", "batch_size=16"]) == 0
+    said = capsys.readouterr().out
+    assert (f"note: {out} holds the predictions of checkpoint other/step_3 (step 3): they are replaced; give "
+            f"another output_dir to keep them") in said
+    assert said.index("note:") < said.index(" test rows: ")       # before the evaluation
+    assert sorted(p.name for p in out.iterdir()) == ["info.json", "rank_0.npz"]
+    assert json.loads((out / "info.json").read_text())["checkpoint"] == str(original)
+
+
+@pytest.mark.parametrize("held, said", [
+    ({"info.json": json.dumps({"step": 40, "checkpoint": None})},      # training's own
+     "the predictions of training's evaluation of step 40"),
+    ({"info.json": "{not json"}, "the predictions of an earlier evaluation"),
+    ({"rank_0.npz": "x"}, "the rank files of an evaluation that did not finish"),
+    ({"notes.txt": "x"}, None),
+])
+def test_what_an_output_folder_already_holds_is_named(held, said, tmp_path):
+    for name, text in held.items():
+        (tmp_path / name).write_text(text)
+    assert predict.earlier_predictions(tmp_path) == said
+    assert predict.earlier_predictions(tmp_path / "not-yet") is None
 
 
 # ------------------------------------------------------------------------------ run folders
