@@ -74,6 +74,16 @@ def check_outputs(args: argparse.Namespace) -> None:
         raise EvaluationInputError(f"--json {args.json} and --submission {args.submission} are the same file")
 
 
+def check_outputs_spare_inputs(args: argparse.Namespace, files: list[Path]) -> None:
+    """An output that is one of the vote's own inputs (a rank file, or the info.json beside them:
+    `--json step_N/info.json`) would overwrite the predictions it was computed from."""
+    inputs = {Path(f).resolve() for f in files} | {Path(f).parent.resolve() / "info.json" for f in files}
+    for option, path in (("--json", args.json), ("--submission", args.submission)):
+        if path and path.resolve() in inputs:
+            raise EvaluationInputError(f"{option} {path} is one of the predictions' own files; "
+                                       f"give another file name")
+
+
 def load_recorded_build(data: Path, recorded_in: Path | None):
     """The build's test split. One taken from the predictions' info.json (`recorded_in`) that is not
     there (moved since, or a relative path of another machine) is named as that record, with
@@ -89,6 +99,7 @@ def main(argv=None) -> int:
     try:
         check_outputs(args)
         predictions = resolve_predictions(args.predictions, args.checkpoints)
+        check_outputs_spare_inputs(args, predictions.files)
         data = args.data or (predictions.info or {}).get("data_path")
         if not data:
             raise EvaluationInputError(f"no --data given and no info.json with data_path beside "
@@ -99,6 +110,9 @@ def main(argv=None) -> int:
         votes = vote(predictions.files, split)
     except EvaluationInputError as e:
         print(f"vote.py: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:     # a build or predictions file this user may not read (permissions, NFS)
+        print(f"vote.py: error: cannot read {e.filename or data}: {e.strerror or e}", file=sys.stderr)
         return 2
     stats = pair_stats(votes)
     meta = {"predictions": [str(f) for f in predictions.files], "source": predictions.source,

@@ -229,6 +229,32 @@ def test_json_and_submission_cannot_be_one_file(workdir):
     assert out.returncode == 2 and "are the same file" in out.stderr and out.stdout == ""
 
 
+@pytest.mark.parametrize("option, name", [("--json", "info.json"), ("--submission", "rank_0.npz")])
+def test_an_output_onto_the_predictions_own_files_is_refused(workdir, capsys, option, name):
+    """`--json step_2/info.json` (meant: beside it) would replace the predictions' record, and a rank
+    file the predictions themselves."""
+    from evaluate.vote import main
+    target = workdir / "checkpoints" / "proj" / "run" / "predictions" / "step_2" / name
+    before = target.read_bytes()
+    assert main([*predictions_args(workdir), option, str(target)]) == 2
+    assert capsys.readouterr().err == (f"vote.py: error: {option} {target} is one of the predictions' own "
+                                       f"files; give another file name\n")
+    assert target.read_bytes() == before
+
+
+def test_a_build_file_that_cannot_be_read_is_named(workdir, monkeypatch, capsys):
+    """A build of another user (mode 700, or an NFS permission) is a one-line error, not a traceback."""
+    import evaluate.vote
+    from evaluate.vote import main
+    identifiers = workdir / "data" / "arc-tiny" / "identifiers.json"
+
+    def refused(data_dir):
+        raise PermissionError(13, "Permission denied", str(identifiers))
+    monkeypatch.setattr(evaluate.vote, "load_test_split", refused)
+    assert main(predictions_args(workdir)) == 2
+    assert capsys.readouterr().err == f"vote.py: error: cannot read {identifiers}: Permission denied\n"
+
+
 def test_outputs_are_written_whole_or_not_at_all(workdir, monkeypatch, capsys):
     import evaluate.outputs
     from evaluate.vote import main
