@@ -230,6 +230,9 @@ def predictions_writer(run_dir: Path) -> str | None:
     return "training" if info.get("checkpoint") is None else "predict.py"
 
 
+COMMAND_RECORD = "command.txt"   # the printed recipe's record of an arm's training command (no train.log there)
+
+
 def logged_command(log: Path) -> str | None:
     """The command a run was started with: the first line of its log, as run_logged writes it."""
     if not log.is_file():
@@ -237,6 +240,18 @@ def logged_command(log: Path) -> str | None:
     with open(log) as f:
         first = f.readline().rstrip("\n")
     return first[2:] if first.startswith("$ ") else None
+
+
+def training_command(recipe: Recipe, arm: Arm) -> tuple[str, bool]:
+    """(the command that trained the arm, whether the run folder recorded it): the first line of its
+    train.log (this script's runs), else its command.txt (the printed recipe's), else the command
+    this invocation's flags give, which --report on runs of a recipe printed with --steps, --lr,
+    --set or --nproc would show without them: the table said so for its settings."""
+    run_dir = recipe.run_dir(arm)
+    logged = logged_command(run_dir / "train.log")
+    if logged is None and (run_dir / COMMAND_RECORD).is_file():
+        logged = (run_dir / COMMAND_RECORD).read_text().strip() or None
+    return (logged, True) if logged else (shell_line(recipe.train_cmd(arm)), False)
 
 
 def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s: float | None = None,
@@ -253,9 +268,10 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
     first = next((r for r in log if "scaling/L/alpha" in r), {})
     evaluation = last_eval(log)
     vote = None if diverged_at is not None else json.loads((run_dir / "vote.json").read_text())
+    command, recorded = training_command(recipe, arm)
     return {
         "label": arm.label,
-        "command": logged_command(run_dir / "train.log") or shell_line(recipe.train_cmd(arm)),
+        "command": command, "command_recorded": recorded,
         "alpha": first.get("scaling/L/alpha"), "beta": first.get("scaling/L/beta"),
         "num_params": first.get("num_params"),
         "steps": steps,
@@ -341,7 +357,10 @@ def results_markdown(report: dict) -> str:
     lines.append(row("wall time train / predict / vote (s)",
                      [" / ".join("-" if a["seconds"][k] is None else f"{a['seconds'][k]:.0f}"
                                  for k in ("train", "predict", "vote")) for a in arms]))
-    lines += ["", "Training commands:", ""] + [f"- `{a['command']}`" for a in arms]
+    lines += ["", "Training commands:", ""] + [f"- `{a['command']}`" + (
+        "" if a.get("command_recorded", True) else " (not recorded in the run folder: as this --report's flags "
+                                                   "give it; the run's settings are in its all_config.yaml)")
+        for a in arms]
     lines += [f"", *report.get("notes", [])]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -351,7 +370,8 @@ def recipe_script(recipe: Recipe, out: Path) -> str:
     re-hash) before each training; a run that diverges (torchrun exits 1, pretrain.py leaves
     diverged.json) is a result, and the script goes on; step folders are read from each run's
     `latest` file, and the predictions training wrote for that step are voted on (predict.py runs
-    where there are none); `out`: where its closing --report writes the table (--out).
+    where there are none); `out`: where its closing --report writes the table (--out). Each arm's
+    training command goes to its folder's command.txt, which the table shows (training_command).
     The same script runs again after a failure (`set -e` stops it at the first): the build is made
     only when it is not there (build_arc.py refuses an existing one without --overwrite; the re-hash
     checks it), each arm continues its run (resume=auto: a finished one ends at once, a fresh start
@@ -364,12 +384,16 @@ def recipe_script(recipe: Recipe, out: Path) -> str:
               f"DIGEST=$(digest {build})"]
     for arm in recipe.arms:
         run = shlex.quote(str(recipe.run_dir(arm)))
+        train = shell_line([*recipe.train_cmd(arm), 'resume=auto'])
         lines += [f"# {arm.label}",
+                  # for --report's table: the folder holds no train.log, and the flags of --report
+                  # (its --steps, --set, ...) need not be those printed here; the first command kept
+                  f"mkdir -p {run} && [ -f {run}/{COMMAND_RECORD} ] || echo {shlex.quote(train)} > {run}/{COMMAND_RECORD}",
                   # `A && B` alone would not stop a `set -e` script when A (the re-hash) fails: only the
                   # list's last command counts there, so a corrupted build would be trained on
                   f'python build_arc.py --verify {build} && [ "$(digest {build})" = "$DIGEST" ] || '
                   f'{{ echo "the build {build} changed since the recipe began: not training on it" >&2; exit 1; }}',
-                  f"[ -f {run}/diverged.json ] || {shell_line([*recipe.train_cmd(arm), 'resume=auto'])} || "
+                  f"[ -f {run}/diverged.json ] || {train} || "
                   f"[ -f {run}/diverged.json ]   # diverged: a result"]
     lines.append("# training's last evaluation wrote the final step's predictions (info.json last); "
                  "predict.py makes them only where it did not")

@@ -248,7 +248,9 @@ def divergence_step(run_dir: Path) -> int | None:
 def read_run_log(run_dir: Path) -> list[dict]:
     """The records of `run_dir/log.jsonl` (empty when absent). Non-finite numbers are stored as the
     strings "nan"/"inf" there and come back as floats. A line that is not a JSON object raises
-    ValueError naming the file and line, unless it is the last (a run killed while writing it)."""
+    ValueError naming the file and line, unless it is the last (a run killed while writing it).
+    The records an attempt logged after the step a later resume started from are left out
+    (without_replaced_records)."""
     path = Path(run_dir) / "log.jsonl"
     if not path.is_file():
         return []
@@ -269,7 +271,26 @@ def read_run_log(run_dir: Path) -> list[dict]:
                 raise ValueError(f"{path}: line {i + 1} is not a JSON object")
             records.append({k: (float(v) if isinstance(v, str) and v.lower() in ("nan", "inf", "-inf") else v)
                             for k, v in record.items()})
-    return records
+    return without_replaced_records(records)
+
+
+def without_replaced_records(records: list[dict]) -> list[dict]:
+    """`records` less those a resume replaced. Each start of the trainer logs `num_params` at the
+    step it starts from; what an earlier attempt logged after that step (the steps a kill lost, a
+    diverged run's steps before it was resumed from an earlier checkpoint with a lower lr) is not
+    part of the run any more. Kept, it made a run resumed from step 100 that diverged again at 115
+    report the 129 steps and the losses of the attempt it replaced. Records without a numeric step
+    are kept, for the readers to name."""
+    kept, restart = [], math.inf     # the lowest step a later start resumed from
+    for record in reversed(records):
+        step = record.get("step")
+        if isinstance(step, (int, float)) and not isinstance(step, bool):
+            if step > restart:
+                continue
+            if "num_params" in record:
+                restart = step
+        kept.append(record)
+    return kept[::-1]
 
 
 def train_curve(records: list[dict], key: str = "train/lm_loss") -> list[float]:

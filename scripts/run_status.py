@@ -34,11 +34,13 @@ From the command line, the status of finished runs (folders written by pretrain.
 A run folder does not record the trainer's exit code: its `diverged.json` stands for exit code 3,
 and otherwise the exit is taken as clean, so a run that crashed or is still going is classified by
 the losses it has logged so far (a run that a SIGTERM stopped, after pretrain.py saved the step it
-stopped at, has its line say so until a resume logs more). There one more label applies:
+stopped at, has its line say so until a resume logs more). There two more labels apply:
   too-short a run that would be stuck but has logged fewer steps than the window: its mean is
             mostly its first steps, which start above the floor in any run, so it says nothing yet.
             (A short run whose mean is already below the floor is trained: the early steps only
             raise that mean.)
+  no-steps  a run that has logged no training step: starting (torch.compile can take minutes
+            before the first step), or stopped before its first step.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ import yaml
 
 TRAINED, DIVERGED, STUCK, ERROR = "trained", "diverged", "stuck", "error"
 TOO_SHORT = "too-short"                  # run_status.py's label for a run read while it may be training
+NO_STEPS = "no-steps"                    # ... for one that has logged no training step yet
 FINISHED = (TRAINED, DIVERGED, STUCK)    # statuses that are results; "error" is not
 EXIT_DIVERGED = 3                        # pretrain.py's exit code for a non-finite loss or gradient
 EXIT_STOPPED = 143                       # ... for a stop by SIGTERM, the step it stopped at saved
@@ -154,6 +157,8 @@ def classify_logged_run(losses: list[float], floor: float, exit_code: int, margi
     A run that logs every log_interval-th step: `steps` is its last logged step and `in_window` how
     many of its losses lie in its last `window` steps (logged_steps); by default one loss a step."""
     status = classify_run(losses, floor, exit_code, margin, window if in_window is None else in_window)
+    if status == ERROR and exit_code == 0 and not losses:   # the folder cannot tell a crash from a start
+        return NO_STEPS
     return TOO_SHORT if status == STUCK and (len(losses) if steps is None else steps) < window else status
 
 
@@ -321,8 +326,10 @@ def main(argv=None) -> int:
         # min is the lowest window mean, not the lowest single loss (one batch is noise): said so, as a
         # run shorter than the window has its min equal to its final loss
         span = min(args.window, r['steps'])
-        print(f"{r['run']}: {r['status']}  steps {r['steps']}  final loss {r['final_loss']:.4f} "
-              f"(mean of the last {span})  min {r['min_loss']:.4f} ({span}-step mean)  floor {r['floor']:.4f}  "
+        losses = (f"steps {r['steps']}  final loss {r['final_loss']:.4f} (mean of the last {span})  "
+                  f"min {r['min_loss']:.4f} ({span}-step mean)" if r["status"] != NO_STEPS else
+                  "no training step logged yet (starting, or stopped before its first step)")
+        print(f"{r['run']}: {r['status']}  {losses}  floor {r['floor']:.4f}  "
               + evaluation_text(r)
               + (f"  (stopped by SIGTERM at step {r['stopped_at']}: resume it to finish)" if r["stopped_at"] else ""))
     return 0

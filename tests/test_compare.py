@@ -84,7 +84,7 @@ def test_paper_recipe_prints_the_8_gpu_commands(capsys):
     assert compare.main(["--preset", "paper"]) == 0
     script = capsys.readouterr().out
     lines = script.splitlines()
-    train = [i for i, line in enumerate(lines) if " pretrain.py " in line]
+    train = [i for i, line in enumerate(lines) if " pretrain.py " in line and compare.COMMAND_RECORD not in line]
     assert len(train) == 2
     assert "arch=hrm_v1" in lines[train[0]] and "arch=hrm_deeploop" in lines[train[1]]
     for i in train:
@@ -479,6 +479,35 @@ echo "$@" >> ran.txt
     assert [line.split()[4] for line in trained] == ["arch=hrm_v1", "arch=hrm_deeploop", "arch=hrm_deeploop"]
     assert all(line.endswith(" resume=auto") for line in trained)
     assert (tmp_path / "ran.txt").read_text().splitlines()[-1].startswith("scripts/compare.py --preset paper --report")
+
+
+def test_the_report_shows_the_command_the_printed_recipe_trained_with(tmp_path, capsys, monkeypatch):
+    """The recipe printed with --steps/--set/--nproc, its table made by --report without them (as the
+    README shows it): the table named 8-GPU commands without those settings, under "Settings: see
+    the training commands below". The recipe records each arm's command; a run without a record
+    says its command is only rebuilt from --report's flags."""
+    monkeypatch.chdir(tmp_path)
+    assert compare.main(["--preset", "paper", "--nproc", "2", "--steps", "7", "--set", "arch.hidden_size=32"]) == 0
+    script = capsys.readouterr().out
+    records = "".join(line + "\n" for line in script.splitlines() if compare.COMMAND_RECORD in line)
+    ran = subprocess.run(["bash", "-euo", "pipefail"], input=records * 2, text=True, capture_output=True)  # a rerun too
+    assert ran.returncode == 0, ran.stderr
+    recipe = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--report"]))
+    for arm in recipe.arms:
+        (recipe.run_dir(arm) / "vote.json").write_text(json.dumps({"pass_at_k": {}}))
+    shutil.rmtree(recipe.run_dir(recipe.arms[1]))   # a run made by hand, without the recipe
+    recipe.run_dir(recipe.arms[1]).mkdir(parents=True)
+    (recipe.run_dir(recipe.arms[1]) / "vote.json").write_text(json.dumps({"pass_at_k": {}}))
+    made, by_hand = (compare.arm_result(recipe, arm) for arm in recipe.arms)
+    assert made["command"] == ("torchrun --standalone --nproc-per-node 2 pretrain.py arch=hrm_v1 "
+                               "data_path=data/arc-aug-1000 seed=0 max_steps=7 arch.hidden_size=32 "
+                               "checkpoint_path=checkpoints/compare_paper/hrm_v1 resume=auto")
+    assert made["command_recorded"] and not by_hand["command_recorded"]
+    report = {"preset": "paper", "command": "c", "build": {"digest": "d", "description": "b", "unigram_floor": 1.0},
+              "common": None, "seconds": 1, "report_only": True, "arms": {"hrm_v1": made, "hrm_deeploop": by_hand}}
+    commands = compare.results_markdown(report).split("Training commands:")[1]
+    assert f"- `{made['command']}`\n" in commands
+    assert f"- `{by_hand['command']}` (not recorded in the run folder: as this --report's flags give it" in commands
 
 
 def test_training_predictions_are_reused_only_when_every_setting_matches(small_build, tmp_path):

@@ -318,3 +318,14 @@ def test_a_bar_into_a_file_is_not_forced_to_redraw_sooner_than_its_interval(monk
     assert bar.mininterval == FILE_BAR_INTERVAL_S and bar.maxinterval >= FILE_BAR_INTERVAL_S
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     assert progress_bar([], file=io.StringIO()).mininterval == 0.1
+
+
+def test_readers_drop_what_a_resume_from_an_earlier_step_replaced(tmp_path):
+    """Each start logs num_params at its step: records an earlier attempt logged after it are not the
+    run's (twice here: resumed from 3, then again from 2); those at that step, and before, are."""
+    from scripts.experiment_tools import read_run_log
+    steps = [(0, "num_params"), (1, "t"), (2, "t"), (3, "t"), (4, "t"), (4, "eval/lm_loss"),
+             (3, "num_params"), (4, "t"), (2, "num_params"), (2, "eval/lm_loss"), (3, "t")]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps({"step": s, k: 1}) + "\n" for s, k in steps))
+    kept = [(r["step"], next(k for k in r if k != "step")) for r in read_run_log(tmp_path)]
+    assert kept == [(0, "num_params"), (1, "t"), (2, "t"), (2, "num_params"), (2, "eval/lm_loss"), (3, "t")]

@@ -76,6 +76,32 @@ def test_the_last_evaluation_is_shown(small_build, tmp_path, capsys):
     assert capsys.readouterr().out.rstrip().endswith("eval lm_loss 1.2500  eval pass@2 0.2500")
 
 
+def test_a_run_resumed_from_an_earlier_checkpoint_is_read_without_the_attempt_it_replaced(small_build, tmp_path,
+                                                                                        capsys):
+    """Diverged at step 13 (steps 1-12 logged, an evaluation at 10), resumed from step 8 with a lower
+    lr, diverged again at 11: the run's steps are 10, its losses those of the resume after step 8,
+    and the evaluation at 10 of the replaced attempt is not its own (it read steps 12 and the old
+    losses and evaluation)."""
+    run = write_run(tmp_path / "run", [2.0] * 8 + [9.0] * 4, small_build, diverged=True,
+                    evals=[{"step": 10, "eval/lm_loss": 7.0}, {"step": 13, "diverged": 1},
+                           {"step": 8, "num_params": 10}, {"step": 9, "train/lm_loss": 1.0},
+                           {"step": 10, "train/lm_loss": 1.0}, {"step": 11, "diverged": 1}])
+    assert main([str(run)]) == 0
+    line = capsys.readouterr().out.rstrip()
+    assert "diverged  steps 10  final loss 1.8000 (mean of the last 10)" in line     # (8 * 2 + 2 * 1) / 10
+    assert line.endswith("no evaluation yet")
+
+
+def test_a_run_that_has_logged_no_step_yet_is_not_called_an_error(small_build, tmp_path, capsys):
+    """A run starting (torch.compile before its first step) or stopped before it: its log holds only
+    its start. It read `error  steps 0  final loss nan (mean of the last 0)  min nan (0-step mean)`."""
+    starting = write_run(tmp_path / "starting", [], small_build)
+    assert main([str(starting)]) == 0
+    floor = unigram_floor(small_build)[0]
+    assert capsys.readouterr().out == (f"{starting}: no-steps  no training step logged yet (starting, or stopped "
+                                       f"before its first step)  floor {floor:.4f}  no evaluation yet\n")
+
+
 def test_an_evaluation_without_pass_at_k_shows_its_loss_alone(small_build, tmp_path, capsys):
     run = write_run(tmp_path / "run", [0.1] * 40, small_build, evals=[{"step": 40, "eval/lm_loss": 1.25}])
     assert main([str(run)]) == 0
