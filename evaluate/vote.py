@@ -101,9 +101,16 @@ def main(argv=None) -> int:
         predictions = resolve_predictions(args.predictions, args.checkpoints)
         check_outputs_spare_inputs(args, predictions.files)
         data = args.data or (predictions.info or {}).get("data_path")
+        folders = sorted({str(Path(f).parent) for f in predictions.files})
+        if not data and len(folders) > 1:
+            raise EvaluationInputError(f"--predictions {predictions.source} matches files in {len(folders)} folders "
+                                       f"({', '.join(folders)}): pass --data for the build they all predict")
         if not data:
             raise EvaluationInputError(f"no --data given and no info.json with data_path beside "
                                        f"{predictions.source}")
+        if len(folders) > 1:   # an ensemble of several evaluations (steps, runs), or a glob too wide
+            print(f"note: voting the predictions of {len(folders)} folders together: {', '.join(folders)}",
+                  file=sys.stderr)
         # info.json (the only other source of the build) lies beside the files it describes
         recorded_in = None if args.data else Path(predictions.files[0]).parent / "info.json"
         split = load_recorded_build(Path(data), recorded_in)

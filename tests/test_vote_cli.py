@@ -242,6 +242,21 @@ def test_an_output_onto_the_predictions_own_files_is_refused(workdir, capsys, op
     assert target.read_bytes() == before
 
 
+def test_a_glob_over_several_folders_is_said_and_needs_data(workdir, capsys):
+    """`step_*/*.npz` votes two evaluations together: said on stderr; without --data, the error
+    names the folders rather than claiming there is no info.json."""
+    from evaluate.vote import main
+    runs = workdir / "checkpoints" / "proj" / "run" / "predictions"
+    spec = str(runs / "step_*" / "*.npz")
+    assert main(["--predictions", spec, "--K", "1"]) == 2
+    assert capsys.readouterr().err == (f"vote.py: error: --predictions {spec} matches files in 2 folders "
+                                       f"({runs / 'step_2'}, {runs / 'step_5'}): pass --data for the build they "
+                                       f"all predict\n")
+    assert main(["--predictions", spec, "--data", str(workdir / "data" / "arc-tiny"), "--K", "1"]) == 0
+    assert (f"note: voting the predictions of 2 folders together: {runs / 'step_2'}, {runs / 'step_5'}\n"
+            in capsys.readouterr().err)
+
+
 def test_a_build_file_that_cannot_be_read_is_named(workdir, monkeypatch, capsys):
     """A build of another user (mode 700, or an NFS permission) is a one-line error, not a traceback."""
     import evaluate.vote
