@@ -80,7 +80,7 @@ EXIT_BAD_GRID = 2   # a grid that cannot run as given (cells sharing a folder, a
 CSV_COLUMNS = ["p", "seed", "lr", "loops", "status", "final_loss", "min_loss", "steps", "floor",
                "alpha", "beta", "eval_lm_loss", "exit_code", "seconds"]
 # The committed CPU run: 4 exponents x 2 seeds x 2 learning rates of hrm_tiny on 16 ARC-AGI-1 tasks,
-# two runs at a time (about 17 minutes on 2 cores).
+# two runs at a time (15.4 minutes on 2 cores: results/p_sweep_cpu.md).
 PRESETS = {
     "cpu": dict(p=[0.30, 0.40, 0.50, 0.60], seeds=[0, 1], lr=[1e-3, 1e-2], loops=["2"], steps=100, jobs=2,
                 arch="hrm_tiny", out="results/p_sweep_cpu", work="checkpoints/p_sweep_cpu"),
