@@ -121,6 +121,8 @@ def paper_recipe(args) -> Recipe:
             Arm("hrm_deeploop", "HRM + DeepLoop (hrm_deeploop)", ["arch=hrm_deeploop"])]
     notes = ["Published training defaults (configs/cfg_pretrain.yaml): 100K epochs, global batch 768, lr 1e-4 "
              "(warmup 2000, then constant); evaluation with predictions every 10K epochs."]
+    if common[1:]:     # --steps, --lr, --set: the table must not pass the runs off as the published ones
+        notes.append(f"This recipe changes them: {' '.join(common[1:])}.")
     return Recipe("paper", build, extra_dir, arms, common, launcher, work, [1, 2, 10, 100, 1000], notes,
                   ranks=args.nproc)
 

@@ -98,6 +98,15 @@ def test_paper_recipe_prints_the_8_gpu_commands(capsys):
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
+def test_paper_table_notes_say_what_the_recipe_changed():
+    """The table's note gives the published defaults; a recipe shortened for a check says so."""
+    published = compare.paper_recipe(compare.parse_args(["--preset", "paper"])).notes
+    assert len(published) == 1 and published[0].startswith("Published training defaults")
+    short = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--steps", "4", "--lr", "0.001",
+                                                     "--set", "arch.H_cycles=1"])).notes
+    assert short[1:] == ["This recipe changes them: max_steps=4 lr=0.001 arch.H_cycles=1."]
+
+
 def test_paper_recipe_predicts_only_where_training_wrote_no_predictions(tmp_path, capsys):
     """The printed recipe votes on what training's last evaluation wrote for the final step; its
     predict.py line runs only for a run without them (say, eval_save_predictions=false)."""
