@@ -185,7 +185,17 @@ class RunLog:
         self.mode = mode
         # after W&B: a refusal there leaves no open file. Unbuffered: each record reaches the file
         # as it is logged, and one that fails can be cut off whole (_append)
-        self.file = open(self.path, "ab" if append else "wb", buffering=0)
+        try:
+            self.file = open(self.path, "ab" if append else "wb", buffering=0)
+        except OSError:
+            # the start is refused: the W&B run just begun must end here, or it stays "running"
+            # on the server (and in wandb's service) with nothing ever logged to it
+            if self.wandb is not None:
+                try:
+                    self.wandb.finish(exit_code=1)
+                except Exception:   # noqa: BLE001 - the OSError is what the user must see
+                    pass
+            raise
         self._said: set[str] = set()   # the failures already warned of ("file", "wandb")
 
     # Rank 0 logs between the step's collectives: an error raised here (a full disk, an NFS hiccup,

@@ -331,16 +331,22 @@ class Trainer:
         self.resolved_config = cfg.model_dump(mode="json", by_alias=True)  # logged, saved in checkpoints
         self.log = None
 
+        # The log goes on only where the run goes on: a resume of this folder's own checkpoint. A
+        # fresh start (resume=auto with nothing to resume too) or a branch begins a log of its own.
+        continues_log = resumed_from is not None and resumed_from.parent.resolve() == self.run_dir.resolve()
+
         def open_run() -> None:
             if not info.is_main:
                 return
             self._tell_start(resumed_from)
+            if not continues_log:
+                self._keep_earlier_log()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(self.resolved_config, sort_keys=False))
             try:
                 self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name,
                                   config=self.resolved_config, wandb_mode=self.wandb_mode, entity=cfg.wandb.entity,
-                                  append=bool(cfg.resume), wandb_id=self.wandb_id,
+                                  append=continues_log, wandb_id=self.wandb_id,
                                   continue_wandb_run=self.continues_wandb_run)
             except (ValueError, OSError):
                 raise
@@ -521,6 +527,28 @@ class Trainer:
             print(f"removed {', '.join(leftovers)} from {self.run_dir}: left by a save or a pruning that did not "
                   f"finish", flush=True)
 
+    def _keep_earlier_log(self) -> None:
+        """A run that starts its log afresh in a folder holding an earlier start's log (one that
+        crashed or diverged before its first checkpoint, so nothing resumes it; its log is then the
+        only record of why): that log and its config are renamed to log.earlier-<k>.jsonl and
+        all_config.earlier-<k>.yaml, k the first number free, rather than overwritten. Rank 0,
+        holding the folder."""
+        log = self.run_dir / "log.jsonl"
+        if not log.is_file() or log.stat().st_size == 0:   # nothing recorded: nothing to keep
+            return
+        k = 1
+        while any((self.run_dir / f"{name}.earlier-{k}.{ext}").exists() for name, ext in (("log", "jsonl"),
+                                                                                            ("all_config", "yaml"))):
+            k += 1
+        kept = [f"log.earlier-{k}.jsonl"]
+        log.rename(self.run_dir / kept[0])   # the log first: the record that matters most
+        config = self.run_dir / "all_config.yaml"
+        if config.is_file():
+            config.rename(self.run_dir / f"all_config.earlier-{k}.yaml")
+            kept.append(f"all_config.earlier-{k}.yaml")
+        print(f"{self.run_dir} holds the log of an earlier start with no checkpoint to continue: kept as "
+              f"{' and '.join(kept)}; this run writes a new log.jsonl", flush=True)
+
     # ------------------------------------------------------------------------------------ steps
     def train_step(self, batch: dict) -> dict:
         cfg, info = self.config, self.info
@@ -580,6 +608,8 @@ class Trainer:
         # losses per example of the global batch, the rest per halted row (as HRM logs them)
         record = {f"train/{k}": v / (cfg.global_batch_size if k.endswith("loss") else count) for k, v in named.items()}
         record.update({"train/loss": loss_value, "train/grad_norm": grad_norm, "train/lr": lrs["dense"]})
+        if "puzzle_emb" in lrs:   # the puzzle rows' sign-SGD: its own base lr (puzzle_emb_lr), same schedule
+            record["train/puzzle_emb_lr"] = lrs["puzzle_emb"]
         return record
 
     def _archive_divergence(self) -> None:

@@ -134,7 +134,7 @@ def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say, gpu
     env = gpu_env(gpu)
     run_dir = recipe.run_dir(arm)
     if run_dir.exists():
-        # the trainer appends to an old log.jsonl and keeps old checkpoints: start clean, except that
+        # an old log.jsonl would be kept beside the new one (log.earlier-<k>.jsonl) and keeps old checkpoints: start clean, except that
         # hours of GPU training are never deleted for the user
         if recipe.preset != "cpu":
             raise ExperimentError(f"{run_dir} exists: remove it, choose another --work, or make the table "

@@ -45,13 +45,13 @@ LOGS=${OUT:-$(mktemp -d)}
 RUN=${RUN:-checkpoints/gpu-check}
 if [ -n "${REHEARSE:-}" ]; then
     # toy sizes, the build too: the CPU evaluates every test row of it in the smoke run
-    STEPS=${STEPS:-1} BATCH=${BATCH:-2} DATA=${DATA:-data/gpu-check-rehearse} BUILD_SIZE=(--limit-tasks 2 --num-aug 2)
+    STEPS=${STEPS:-1} BATCH=${BATCH:-2} DATA=${DATA:-data/gpu-check-rehearse} BUILD_TASKS=2 BUILD_AUG=2
     DEVICE=cpu V1=hrm_tiny DEEPLOOP=hrm_tiny COMPILE= SMOKE_BATCH=8 SMOKE_STEPS=2 WARMUP=1
     MODEL_BENCH=(--config cpu-bench --steps 1 --warmup 0 --batch 1)
     SMOKE_ARCH="arch.hidden_size=16 arch.num_heads=1 arch.puzzle_emb_ndim=16 arch.halt_max_steps=2"   # sooner
 else
     # BATCH: one GPU's share of the published 768 on 8 GPUs
-    STEPS=${STEPS:-200} BATCH=${BATCH:-96} DATA=${DATA:-data/gpu-check} BUILD_SIZE=(--limit-tasks 32 --num-aug 64)
+    STEPS=${STEPS:-200} BATCH=${BATCH:-96} DATA=${DATA:-data/gpu-check} BUILD_TASKS=32 BUILD_AUG=64
     DEVICE=cuda V1=hrm_v1 DEEPLOOP=hrm_deeploop COMPILE=--compile SMOKE_BATCH=64 SMOKE_STEPS=20 WARMUP=5
     MODEL_BENCH=(--config hrm_v1 --steps 6 --warmup 2 --batch "$BATCH")
     SMOKE_ARCH=
@@ -123,7 +123,9 @@ p = torch.cuda.get_device_properties(0)
 print(f'{{"torch": "{torch.__version__}", "gpu": "{p.name}", "gpus": {torch.cuda.device_count()}, '
       f'"memory_gib": {p.total_memory / 2**30:.1f}, "sms": {p.multi_processor_count}}}')
 PY
-[ -f "$DATA/manifest.json" ] || $PY build_arc.py "${BUILD_SIZE[@]}" --output-dir "$DATA" --overwrite --quiet || exit 1
+# (as prepare_gpu_check.sh makes it; one made with other settings is refused, not measured on)
+source scripts/gpu_check_build.sh
+gpu_check_build "$DATA" $BUILD_TASKS $BUILD_AUG || exit 1
 
 # The fused AdamATan2 kernel builds on the CPUs while the GPU phases run.
 ADAM_SDIST=$(ls "${WHEELS:-/nonexistent}"/adam_atan2-*.tar.gz 2>/dev/null | head -n 1)

@@ -18,7 +18,10 @@ PY=${PYTHON:-python}
 OUT=${WHEELS:-.gpu-wheels}
 DATA=${DATA:-data/gpu-check}
 
-[ -f "$DATA/manifest.json" ] || $PY build_arc.py --limit-tasks 32 --num-aug 64 --output-dir "$DATA" --overwrite --quiet
+# gpu_check.sh's build (32 tasks, 64 augmentations): one already at $DATA made with other settings is
+# refused, not shipped
+source scripts/gpu_check_build.sh
+gpu_check_build "$DATA" 32 64
 
 # --no-deps: the list is complete (checked by an offline install into a fresh venv); it pins the
 # hydra-core/omegaconf pair, whose antlr4 runtime comes only as a source archive (hence setuptools

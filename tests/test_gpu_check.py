@@ -8,7 +8,15 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT, together
+import pytest
+
+from conftest import ROOT, build_small, together
+
+
+@pytest.fixture(scope="module")
+def rehearse_build(tmp_path_factory):
+    """A build of the settings REHEARSE=1 makes (2 tasks, 2 augmentations): the only one it reuses."""
+    return build_small(tmp_path_factory.mktemp("data") / "rehearse", tasks_per_subset=2, num_aug=2)
 
 
 def run_check(tmp_path, data, **env):
@@ -71,28 +79,28 @@ def test_full_rehearsal_runs_every_phase(tmp_path):
     assert (log, log2) == (proc.stdout, proc2.stdout)  # the copy that comes back from a device run
 
 
-def test_an_installed_fused_backend_is_not_built_again(small_build, tmp_path):
+def test_an_installed_fused_backend_is_not_built_again(rehearse_build, tmp_path):
     # the archive and nvcc are there (as in test_full_rehearsal_runs_every_phase, where the backend
     # is not, and the build starts), but the backend imports: no build; the phase itself is skipped
     site = tmp_path / "site"
     site.mkdir()
     (site / "adam_atan2_backend.py").write_text("")
-    proc, records, _ = run_check(tmp_path, small_build, ONLY="adam", BUDGET="1", SITE=str(site),
+    proc, records, _ = run_check(tmp_path, rehearse_build, ONLY="adam", BUDGET="1", SITE=str(site),
                                  **fake_adam_build(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not [r for r in records if "adam_atan2_build" in r]
     assert records[-1]["skipped_for_budget"] == "adam"
 
 
-def test_a_failing_phase_is_reported_and_the_rest_still_run(small_build, tmp_path):
+def test_a_failing_phase_is_reported_and_the_rest_still_run(rehearse_build, tmp_path):
     # A data folder without a train split: the trainer-based phases fail, one after the other
     # (the smoke run's pretrain.py refuses it before importing torch: a quick failure). ONLY names
     # a [full] phase and leaves out a default one (deeploop).
     broken = tmp_path / "broken"
     broken.mkdir()
     for name in ("identifiers.json", "manifest.json"):
-        (broken / name).write_bytes((small_build / name).read_bytes())
-    (broken / "test").symlink_to(small_build / "test")
+        (broken / name).write_bytes((rehearse_build / name).read_bytes())
+    (broken / "test").symlink_to(rehearse_build / "test")
     proc, records, _ = run_check(tmp_path, broken, ONLY="v1 smoke")
     assert proc.returncode == 1
     started = [r["phase"] for r in records if "elapsed_s" in r]
@@ -100,11 +108,25 @@ def test_a_failing_phase_is_reported_and_the_rest_still_run(small_build, tmp_pat
     assert records[-1]["failed"] == started[:-1]
 
 
-def test_a_spent_budget_skips_phases_and_names_them(small_build, tmp_path):
+def test_a_spent_budget_skips_phases_and_names_them(rehearse_build, tmp_path):
     # what is skipped is what would run: by default the two training benchmarks (both of which
     # test_full_rehearsal_runs_every_phase runs), with FULL=1 every phase
     for full, skipped in (("", "v1 deeploop"), ("1", "model tests v1 adam smoke deeploop")):
-        proc, records, _ = run_check(tmp_path / f"full{full}", small_build, BUDGET="1", FULL=full)
+        proc, records, _ = run_check(tmp_path / f"full{full}", rehearse_build, BUDGET="1", FULL=full)
         assert proc.returncode == 0
         assert [r["phase"] for r in records if "elapsed_s" in r] == ["done"]
         assert records[-1]["skipped_for_budget"] == skipped
+
+
+def test_a_build_made_with_other_settings_is_refused_not_measured_on(small_build, tmp_path):
+    # DATA holds a build of 8 tasks and 4 augmentations where the check makes 2 and 2 (an older
+    # prepare_gpu_check.sh, DATA pointed at another build): it was reused, its figures silently
+    # other ones. Refused at setup, naming both settings, before any phase; the build left as it was.
+    manifest = (small_build / "manifest.json").read_bytes()
+    proc, records, _ = run_check(tmp_path, small_build, ONLY="v1")
+    assert proc.returncode == 1
+    assert not [r for r in records if "phase" in r]
+    setup = records[-1]["setup"]
+    assert setup.startswith(f"{small_build} holds a build made with other settings (") and "'limit_tasks': 8" in setup
+    assert "'limit_tasks': 2" in setup and "remove it (it is built again) or set DATA to another folder" in setup
+    assert (small_build / "manifest.json").read_bytes() == manifest

@@ -82,6 +82,21 @@ def test_a_new_run_never_joins_the_wandb_run_of_an_earlier_one_of_its_name(monke
     assert {name for _, _, name in asked} == {"ablation/x"}   # the name W&B shows is still the run's
 
 
+def test_a_log_that_cannot_be_opened_after_wandb_started_finishes_the_wandb_run(monkeypatch, tmp_path):
+    """W&B starts before log.jsonl is opened: a log that cannot be opened (here a folder in its
+    place) refused the start but left the W&B run unfinished, "running" on the server for good."""
+    import wandb
+    from hrm.run_log import RunLog
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    finished = []
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: types.SimpleNamespace(
+        define_metric=lambda *args, **kw: None, finish=lambda exit_code=None: finished.append(exit_code)))
+    (tmp_path / "run" / "log.jsonl").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError):
+        RunLog(tmp_path / "run", project="p", run_name="r", config={}, wandb_mode="offline")
+    assert finished == [1]   # ended, as failed
+
+
 def test_a_resumed_run_keeps_the_records_it_logs_below_its_wandb_runs_last_step(tmp_path):
     """A resumed run logs from its checkpoint's step, while its W&B run stands at the last step the
     stopped run logged: a SIGTERM during the evaluation of step 6 logged step 6's training record

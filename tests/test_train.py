@@ -223,6 +223,12 @@ def test_loss_falls_and_evaluation_writes_predictions(small_build, tmp_path):
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert log[0]["scaling/H/alpha"] == pytest.approx(math.sqrt(6))  # M_g = 2 * (1 + 2 * 1) = 6
     assert any("eval/exact_accuracy" in r for r in log)
+    # both optimizers' lr, each on the schedule from its own base (the puzzle rows' was not logged)
+    steps = [r for r in log if "train/loss" in r]
+    for r in steps:
+        for key, base in (("train/lr", cfg.lr), ("train/puzzle_emb_lr", cfg.puzzle_emb_lr)):
+            assert r[key] == pytest.approx(lr_at(r["step"], base, 3, trainer.total_steps, cfg.lr_min_ratio)), key
+    assert steps[-1]["train/puzzle_emb_lr"] == pytest.approx(cfg.puzzle_emb_lr) != cfg.lr   # past the warmup
     trainer_state = torch.load(tmp_path / "run" / "step_20" / "trainer.pt", weights_only=True)
     assert trainer_state["scaling"]["L"]["alpha"] == pytest.approx(math.sqrt(6))
 
@@ -567,9 +573,14 @@ def test_resume_from_another_runs_checkpoint_with_a_run_name_starts_a_branch(sma
     Trainer(base.model_copy(update={"run_name": "a", "max_steps": 1}), CPU, progress=False).fit()
     a = tmp_path / "checkpoints" / "proj" / "a"
     before = sorted(p.name for p in a.iterdir())
+    # an earlier start of the branch crashed before its first checkpoint: its log is kept aside, not
+    # continued (its steps would mix with the branch's)
+    (tmp_path / "checkpoints" / "proj" / "b").mkdir()
+    (tmp_path / "checkpoints" / "proj" / "b" / "log.jsonl").write_text('{"step": 1, "train/loss": 7.0}\n')
     branch = Trainer(base.model_copy(update={"run_name": "b", "max_steps": 2, "resume": str(a / "step_1")}), CPU,
                      progress=False)
     assert branch.step == 1 and branch.run_dir == Path("checkpoints") / "proj" / "b"
+    assert (branch.run_dir / "log.earlier-1.jsonl").read_text() == '{"step": 1, "train/loss": 7.0}\n'
     branch.fit()
     assert sorted(p.name for p in a.iterdir()) == before and (a / "latest").read_text() == "step_1"
     assert (tmp_path / "checkpoints" / "proj" / "b" / "latest").read_text() == "step_2"
@@ -926,6 +937,30 @@ def test_resume_auto_starts_a_run_and_continues_it_with_the_same_command(small_b
     assert sorted(losses_by_step(run)) == [1, 2, 3, 4]
     with pytest.raises(ValueError, match="resume=auto needs run_name or checkpoint_path"):
         micro_config(small_build, run, checkpoint_path=None, resume="auto")
+
+
+def test_a_fresh_start_keeps_the_log_of_an_earlier_start_that_left_no_checkpoint(small_build, tmp_path, capsys):
+    """A run that crashed before its first checkpoint, started again with resume=auto (nothing to
+    resume: it starts afresh): its log, the only record of why it crashed, and its config were
+    overwritten. They are kept under numbered names, said in one line; the new start logs afresh."""
+    from hrm.sweep import fresh_if_nothing_to_resume
+    run = tmp_path / "run"
+    run.mkdir()
+    earlier = '{"step": 0, "num_params": 1}\n{"step": 1, "train/loss": 9.5}\n'
+    (run / "log.jsonl").write_text(earlier)
+    (run / "all_config.yaml").write_text("lr: 1.0\n")
+    config = fresh_if_nothing_to_resume(micro_config(small_build, run, max_steps=1, resume="auto"), CPU, "")
+    trainer = Trainer(config, CPU, progress=False)
+    assert (run / "log.earlier-1.jsonl").read_text() == earlier
+    assert (run / "all_config.earlier-1.yaml").read_text() == "lr: 1.0\n"
+    assert [json.loads(line)["step"] for line in (run / "log.jsonl").read_text().splitlines()] == [0]
+    assert (f"{run} holds the log of an earlier start with no checkpoint to continue: kept as log.earlier-1.jsonl "
+            f"and all_config.earlier-1.yaml; this run writes a new log.jsonl") in capsys.readouterr().out
+    trainer.release_run_lock()
+    # started afresh once more (no checkpoint yet): the next free number, the first kept as it was
+    Trainer(micro_config(small_build, run, max_steps=1), CPU, progress=False).release_run_lock()
+    assert (run / "log.earlier-1.jsonl").read_text() == earlier
+    assert (run / "log.earlier-2.jsonl").is_file() and (run / "all_config.earlier-2.yaml").is_file()
 
 
 def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, tmp_path):
