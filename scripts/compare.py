@@ -134,8 +134,8 @@ def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say, gpu
     env = gpu_env(gpu)
     run_dir = recipe.run_dir(arm)
     if run_dir.exists():
-        # an old log.jsonl would be kept beside the new one (log.earlier-<k>.jsonl) and keeps old checkpoints: start clean, except that
-        # hours of GPU training are never deleted for the user
+        # an old run's checkpoints, log (kept as log.earlier-<k>.jsonl) and predictions would sit
+        # beside the new run's: start clean, except that hours of GPU training are never deleted
         if recipe.preset != "cpu":
             raise ExperimentError(f"{run_dir} exists: remove it, choose another --work, or make the table "
                                   f"from it with --report")
