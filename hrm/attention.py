@@ -16,8 +16,6 @@ Public API
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,9 +23,22 @@ from torch import nn
 from hrm.layers import Linear, apply_rope
 
 
-@functools.cache
+_flash_lookup: tuple | None = None   # (flash_attn_func or None,) once looked up
+
+
 def _flash_attn_func():
-    """The FlashAttention entry point, imported on first use; None when neither FA3 nor FA2 is there."""
+    """The FlashAttention entry point, imported on first use; None when neither FA3 nor FA2 is there.
+
+    Kept in a plain global rather than a functools.cache: torch.compile traces through a cache
+    wrapper into the imports, and a failed one (no FA3, the usual case) breaks the graph at every
+    attention call. Attention.__init__ looks it up eagerly, so a compiled step only reads it."""
+    global _flash_lookup
+    if _flash_lookup is None:
+        _flash_lookup = (_import_flash_attn_func(),)
+    return _flash_lookup[0]
+
+
+def _import_flash_attn_func():
     try:
         from flash_attn_interface import flash_attn_func  # FA3 (Hopper)
         return flash_attn_func
@@ -69,6 +80,8 @@ class Attention(nn.Module):
         self.head_dim = hidden_size // num_heads
         self.qkv_proj = Linear(hidden_size, 3 * hidden_size)
         self.o_proj = Linear(hidden_size, hidden_size)
+        if torch.cuda.is_available():   # only CUDA runs flash: a CPU process imports none of it
+            _flash_attn_func()          # looked up here, eagerly, not inside a compiled step
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 queries: int | None = None) -> torch.Tensor:

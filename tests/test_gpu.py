@@ -139,6 +139,30 @@ def test_compiled_step_on_gpu_matches_eager():
         assert_close(compiled["grads"][name], grad, 1e-3, f"compiled gradient of {name}")
 
 
+def test_bfloat16_step_and_segment_trace_as_one_graph_on_gpu():
+    """In bf16 on CUDA (what a run uses) the ACT step and the evaluation segment are single graphs
+    (fullgraph=True raises at a graph break): the CUDA-only code the CPU suite cannot trace,
+    FlashAttention when installed (its lookup, its op) included. Dynamo only (backend "eager")."""
+    import torch._dynamo
+
+    _, model = twin_models(H_layers=1, L_layers=1)
+    assert model.compute_dtype(DEVICE) == torch.bfloat16
+    head = ACTLossHead(model).train()
+    batch = batch_on(DEVICE)
+    torch._dynamo.reset()
+    try:
+        step = torch.compile(head, backend="eager", fullgraph=True, dynamic=False)
+        model.puzzle_embedding.prepare_lookup(BATCH)
+        result = step(head.initial_carry(batch), batch)
+        result.loss.backward()
+        assert torch.isfinite(result.loss)
+        segment = torch.compile(model.segment, backend="eager", fullgraph=True, dynamic=False)
+        with torch.inference_mode():
+            assert model.predict(batch, segment)["preds"].shape == (BATCH, SEQ_LEN)
+    finally:
+        torch._dynamo.reset()
+
+
 def test_compiled_evaluation_segment_on_gpu_matches_eager():
     """Evaluation under compile (hrm.evaluation.compiled_segment, inductor on CUDA): the
     halt_max_steps segments of HRM.predict give eager's logits and predictions."""

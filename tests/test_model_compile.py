@@ -46,3 +46,48 @@ def test_training_step_and_evaluation_segment_compile_without_graph_breaks(optio
             assert model.predict(batch, segment)["preds"].shape == (4, 16)
     finally:
         torch._dynamo.reset()
+
+
+def test_flash_attention_lookup_stays_inside_one_compiled_graph(monkeypatch):
+    """On CUDA in bf16, `attend` asks `flash_attention_available()` and calls `_flash_attn_func()`
+    inside the compiled step. Dynamo traced through a functools.cache into the imports, and the
+    failed FA3 import (FA2 only, or no flash-attn at all) broke the graph at every attention call.
+    The model's construction looks FlashAttention up eagerly; a compiled call then only reads it.
+    The stand-in mirrors flash-attn 2.x: flash_attn.flash_attn_func(q, k, v, dropout_p=0.0,
+    softmax_scale=None, causal=False, ...) -> out, all [batch, seq, heads, head_dim]."""
+    import sys
+    import types
+
+    import torch._dynamo
+    import torch.nn.functional as F
+
+    from hrm import attention
+
+    calls = []
+
+    def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False):
+        calls.append(q.shape)
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+
+    fa2 = types.ModuleType("flash_attn")
+    fa2.flash_attn_func = flash_attn_func
+    monkeypatch.setitem(sys.modules, "flash_attn", fa2)
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", None)   # no FA3: its import fails
+    monkeypatch.setattr(attention, "_flash_lookup", None, raising=False)   # nothing looked up yet
+    with monkeypatch.context() as cuda:   # only while the model is built: Dynamo reads CUDA's state
+        cuda.setattr(torch.cuda, "is_available", lambda: True)
+        attention.Attention(16, 2)   # as every block of a model does
+
+    def flash_branch(q):   # what `attend` runs on CUDA half tensors
+        if attention.flash_attention_available():
+            return attention._flash_attn_func()(q, q, q, causal=False)
+        return q
+
+    q = torch.randn(2, 7, 2, 8)
+    torch._dynamo.reset()
+    try:
+        out = torch.compile(flash_branch, backend="eager", fullgraph=True, dynamic=False)(q)
+    finally:
+        torch._dynamo.reset()
+    assert calls == [q.shape]
+    assert torch.allclose(out, flash_attn_func(q, q, q))
