@@ -92,6 +92,15 @@ class PretrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _no_float16_training(self):
+        # float16 (unlike bfloat16) needs loss scaling, which this trainer does not do: small
+        # gradients would flush to zero without a word (the model itself still runs in float16)
+        if self.arch.forward_dtype == "float16":
+            raise ValueError("arch.forward_dtype=float16 trains without the loss scaling float16 needs (small "
+                             "gradients underflow to zero); use bfloat16 (auto on CUDA) or float32")
+        return self
+
+    @model_validator(mode="after")
     def _eval_interval_divides_epochs(self):
         if self.eval_interval is not None and self.epochs % self.eval_interval:
             raise ValueError(f"eval_interval={self.eval_interval} must divide epochs={self.epochs}")

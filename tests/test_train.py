@@ -94,6 +94,7 @@ def test_python_defaults_are_the_config_files():
     (["seed=-1"], "seed"),                           # the data order's seed: refused later, by the reader
     (["seed=99999999999999999999"], "seed"),         # torch.manual_seed: "Overflow when unpacking long long"
     (["keep_checkpoints=true"], "keep_checkpoints"),  # pydantic reads true as 1: one checkpoint kept
+    (["arch.forward_dtype=float16"], "arch.forward_dtype"),  # no loss scaling: gradients would underflow
 ])
 def test_bad_config_names_the_field(small_build, overrides, field):
     from pydantic import ValidationError
