@@ -9,7 +9,8 @@ Public API
                  with none, deepnorm or deeploop makes the rule custom; must stay None for
                  prenorm_1_over_n.
     c, d         constants of the family (2 and 8).
-    depth_count  paper | gradient_visible | forward: how N is counted (see hrm.scaling).
+    depth_count  paper | gradient_visible | forward: how N is counted (see hrm.scaling); read by
+                 every rule but none (refused there, as c, d and lambda are where no rule reads them).
     lambda       (``lambda_`` in Python) numerator of the pre-norm rule eps = lambda / (n sqrt(l)):
                  per module, n counts how often its block stack runs (depth_count decides which
                  runs; the ``loops`` of the derived scaling, not its N) and l is its block count.
@@ -35,10 +36,11 @@ DepthCount = Literal["paper", "gradient_visible", "forward"]
 
 # The exponent that names a rule of the (c N)^p family.
 RULE_EXPONENT = {"deepnorm": 0.25, "deeploop": 0.5}
-# What each rule reads besides p: the (c N)^p family its constants, the pre-norm rule its lambda.
-RULE_SETTINGS = {"none": (), "deepnorm": ("c", "d"), "deeploop": ("c", "d"), "custom": ("c", "d"),
-                 "prenorm_1_over_n": ("lambda_",)}
-SETTING_DEFAULTS = {"c": 2.0, "d": 8.0, "lambda_": 1.0}
+# What each rule reads besides p: the (c N)^p family its constants, the pre-norm rule its lambda,
+# and every rule but none its depth count (N, or the pre-norm rule's loops n; none has no constant).
+RULE_SETTINGS = {"none": (), "deepnorm": ("c", "d", "depth_count"), "deeploop": ("c", "d", "depth_count"),
+                 "custom": ("c", "d", "depth_count"), "prenorm_1_over_n": ("lambda_", "depth_count")}
+SETTING_DEFAULTS = {"c": 2.0, "d": 8.0, "lambda_": 1.0, "depth_count": "paper"}
 
 
 def _rule_with_exponent(rule: str, p: Optional[float]) -> str:
@@ -148,9 +150,10 @@ class ScalingConfig(BaseModel):
         raise ValueError(f"scaling.p={self.p:g} has no effect: {', '.join(why)}")
 
     def _check_settings_are_read(self, rules: dict) -> None:
-        """A c, d or lambda that no module's rule reads (`arch.scaling.lambda=2` with deeploop,
-        `arch.scaling.c=4` with hrm_v1's none) would be ignored without a word, as p would: refuse
-        it, as p is refused. The top level's value counts as set when it is not the default."""
+        """A c, d, lambda or depth_count that no module's rule reads (`arch.scaling.lambda=2` with
+        deeploop, `arch.scaling.c=4` or `arch.scaling.depth_count=forward` with hrm_v1's none) would
+        be ignored without a word, as p would: refuse it, as p is refused. The top level's value
+        counts as set when it is not the default."""
         for field, default in SETTING_DEFAULTS.items():
             name, used_by = field.rstrip("_"), [rule for rule, reads in RULE_SETTINGS.items() if field in reads]
             for module in ("H", "L"):

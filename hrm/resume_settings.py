@@ -9,6 +9,9 @@ changes only what it names. Exceptions, always from this start's config:
   in its own folder (no run_name given, and no checkpoint_path or the run's own folder) keeps its
   project_name too, as it keeps its run name: one W&B run, in its project;
 - the machine (`device`, `compile`, `compile_eval`): a CPU run continued on GPUs runs on them.
+A scaling rule given other than custom (`arch.scaling.rule=deeploop`, `arch.scaling.H.rule=...`)
+comes with the p beside it from this start too: the run's p would make it another rule
+(exponents_of_given_rules).
 
 The Trainer's own checks still refuse an architecture, build or batch order given on the command
 line that differs from the checkpoint's (hrm.train.check_same_arch, check_same_data).
@@ -31,6 +34,7 @@ def with_saved_settings(composed: dict, saved: dict, given: set[str]) -> tuple[d
     """`composed` (this start's config, resolved) with every setting that is not in `given` (nor
     under a given key: `arch=hrm_tiny` gives all of arch) nor in FROM_THIS_START taken from `saved`
     (the checkpoint's). Also returns the dotted keys whose value this changed."""
+    given = given | exponents_of_given_rules(composed, given)
     changed: list[str] = []
 
     def merge(now, before, key: str):
@@ -53,6 +57,21 @@ def with_saved_settings(composed: dict, saved: dict, given: set[str]) -> tuple[d
         return node
 
     return drop_missing(merge(composed, saved, "")), changed
+
+
+def exponents_of_given_rules(composed: dict, given: set[str]) -> set[str]:
+    """The `p` beside each scaling `rule` the command line gives, other than custom: such a rule
+    fixes its exponent, and a p taken from the checkpoint would turn it into another rule
+    (hrm.config: p=0.45 with deeploop is custom). `resume=<a p=0.45 run> arch.scaling.rule=deeploop`
+    then continued the run at p=0.45 without a word, where the rule asked for is another scaling,
+    which the Trainer refuses as such. A custom rule reads the run's p unless p is given too."""
+    def value(dotted: str):
+        node = composed
+        for part in dotted.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+    return {f"{scaling}.p" for scaling in ("arch.scaling", "arch.scaling.H", "arch.scaling.L")
+            if f"{scaling}.rule" in given and value(f"{scaling}.rule") != "custom"}
 
 
 def known_settings(model, values: dict) -> dict:

@@ -512,6 +512,14 @@ class Trainer:
         if self.test_split.num_examples == 0:
             print(f"warning: {self.config.data_path} has an empty test split (its sources had no `evaluation` "
                   f"subset), so the evaluations measure nothing", file=sys.stderr, flush=True)
+        # HRM's warmup of 2000 steps in a short run (max_steps=300) trains at a fraction of lr
+        # throughout: step k uses lr * k / warmup (lr_at), so the run never reaches the lr it names
+        warmup, last = self.config.lr_warmup_steps, self.stop_step
+        if warmup > last > self.step:
+            print(f"warning: lr_warmup_steps={warmup} is longer than the run ({last} steps): the learning rates "
+                  f"rise only to {last}/{warmup} of lr and puzzle_emb_lr (lr={self.config.lr:g} reaches "
+                  f"{lr_at(last, self.config.lr, warmup, self.total_steps, self.config.lr_min_ratio):.3g} at its last "
+                  f"step); lower lr_warmup_steps to train at lr", file=sys.stderr, flush=True)
         # A save killed between its renames is the newest checkpoint (it may be the one resumed,
         # which every rank has loaded by now): put in place, never removed with the leftovers
         finished = finish_unrenamed_saves(self.run_dir)

@@ -130,6 +130,14 @@ def test_hydra_override_of_one_module_exponent():
     (dict(scaling=dict(rule="deeploop", L={"lambda": 3})), "scaling.L.lambda=3.0 has no effect: module L uses deeploop"),
     (dict(scaling=dict(rule="deeploop", c=3, H=dict(c=2), L=dict(c=5))), "scaling.c=3.0 has no effect: H and L set "
                                                                           "their own c"),
+    # depth_count sets N (or the pre-norm loops): rule none has neither, so hrm_v1 with
+    # depth_count=gradient_visible trained the unscaled model without a word
+    (dict(scaling=dict(rule="none", depth_count="gradient_visible")),
+     "scaling.depth_count=gradient_visible has no effect: module H uses none, module L uses none"),
+    (dict(scaling=dict(rule="deeploop", H=dict(rule="none", depth_count="forward"))),
+     "scaling.H.depth_count=forward has no effect: module H uses none"),
+    (dict(scaling=dict(rule="deeploop", depth_count="forward", H=dict(depth_count="paper"), L=dict(depth_count="paper"))),
+     "scaling.depth_count=forward has no effect: H and L set their own depth_count"),
     # a top-level p that both modules replace, with their own p or a rule of their own (it ran p=0.4)
     (dict(scaling=dict(rule="deeploop", p=0.3, H=dict(p=0.4), L=dict(p=0.4))),
      "scaling.p=0.3 has no effect: scaling.H.p=0.4 replaces it, scaling.L.p=0.4 replaces it"),
@@ -167,6 +175,9 @@ def test_a_setting_read_by_one_module_is_accepted():
     s = ScalingConfig(**{"rule": "deeploop", "lambda": 2.0, "c": 3.0, "H": {"rule": "prenorm_1_over_n"}})
     assert s.for_module("H")["lambda_"] == 2.0 and s.for_module("L")["c"] == 3.0
     assert ScalingConfig(rule="none", c=3.0, H={"p": 0.3}).for_module("H")["c"] == 3.0   # H is custom
+    # depth_count with none at the top level, read by the one module that scales
+    s = ScalingConfig(rule="none", depth_count="forward", L={"rule": "deeploop"})
+    assert s.for_module("L")["depth_count"] == "forward"
 
 
 def test_a_top_level_p_read_by_one_module_is_accepted():

@@ -72,6 +72,25 @@ def test_the_resume_note_shows_the_arch_fields_that_differ_from_the_runs_preset(
     assert describe(changed, merged) == "arch.L_cycles=3, seed=4"
 
 
+def test_a_scaling_rule_given_on_resume_comes_with_its_own_exponent():
+    """`resume=<a run of hrm_deeploop arch.scaling.p=0.45> arch.scaling.rule=deeploop` took p=0.45
+    from the checkpoint, so the rule asked for became custom 0.45 again (hrm.config): the run went on
+    as before, the rule given ignored, instead of being refused as another scaling."""
+    from hrm.config import ArchConfig
+
+    def resumed(*given: str) -> dict:
+        merged, _ = with_saved_settings(compose(*given), saved, given_keys(list(given)))
+        scaling = ArchConfig(**merged["arch"]).scaling
+        return {m: (scaling.for_module(m)["rule"], scaling.for_module(m)["p"]) for m in ("H", "L")}
+    saved = compose("arch=hrm_deeploop", "arch.scaling.p=0.45", "arch.scaling.H.p=0.25")
+    assert resumed() == {"H": ("custom", 0.25), "L": ("custom", 0.45)}                 # the run's own
+    assert resumed("arch.scaling.rule=deeploop") == {"H": ("custom", 0.25), "L": ("deeploop", 0.5)}
+    assert resumed("arch.scaling.H.rule=deeploop") == {"H": ("deeploop", 0.5), "L": ("custom", 0.45)}
+    # custom reads the run's exponent, unless one is given with it
+    assert resumed("arch.scaling.rule=custom")["L"] == ("custom", 0.45)
+    assert resumed("arch.scaling.rule=custom", "arch.scaling.p=0.3")["L"] == ("custom", 0.3)
+
+
 def test_settings_a_checkpoint_holds_that_this_version_does_not_have_are_left_out():
     from hrm.pretrain_config import PretrainConfig
     saved = {"lr": 1.0, "retired_setting": 3, "arch": {"name": "a", "old_arch_field": 1,

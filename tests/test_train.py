@@ -1373,6 +1373,17 @@ def test_a_build_without_test_examples_is_warned_of(small_build, tmp_path, capsy
     assert "empty test split" not in capsys.readouterr().err
 
 
+def test_a_warmup_longer_than_the_run_is_warned_of(small_build, tmp_path, capsys):
+    """HRM's lr_warmup_steps=2000 kept in a 300-step run trains at lr * k / 2000 throughout (the
+    README's stuck quickstart run): nothing said so. The warning names the fraction reached."""
+    capsys.readouterr()
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=3, lr_warmup_steps=12), CPU, progress=False)
+    assert ("warning: lr_warmup_steps=12 is longer than the run (3 steps): the learning rates rise only to 3/12 "
+            "of lr and puzzle_emb_lr (lr=0.001 reaches 0.00025 at its last step)") in capsys.readouterr().err
+    Trainer(micro_config(small_build, tmp_path / "run2", max_steps=3, lr_warmup_steps=3), CPU, progress=False)
+    assert "lr_warmup_steps" not in capsys.readouterr().err
+
+
 def test_ranks_that_do_not_share_the_run_folder_are_refused_at_start_up(small_build, tmp_path):
     """Several nodes, each with checkpoint_path on its own disk (here: each rank its own folder):
     found only at the first save, hours in. Now every rank refuses at start-up, naming the rank, its
