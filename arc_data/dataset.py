@@ -193,8 +193,14 @@ def _load_metadata(path: Path) -> DatasetMetadata:
     if not path.is_file():
         raise DatasetError(f"{path}: file not found")
     try:
+        raw = path.read_bytes()
+    except OSError as error:
+        # no read permission (a build copied by another user), a disk error: named as an unreadable
+        # .npy is, not a bare PermissionError that escapes the trainer's and predict.py's refusals
+        raise DatasetError(f"{path}: cannot read it ({error.strerror or error})") from error
+    try:
         # bytes: a file that is not UTF-8 is refused as invalid JSON, not by a bare UnicodeDecodeError
-        return DatasetMetadata.model_validate_json(path.read_bytes())
+        return DatasetMetadata.model_validate_json(raw)
     except pydantic.ValidationError as error:
         raise DatasetError(f"{path}: {_metadata_problems(error)}") from error
 

@@ -213,6 +213,22 @@ def test_missing_split_and_identifiers_are_named(tmp_path):
         load_identifiers(tmp_path)
 
 
+def test_an_unreadable_dataset_json_is_named(tmp_path, monkeypatch):
+    """A dataset.json without read permission (a build copied by another user): a DatasetError naming
+    it, which the trainer and predict.py report as a refusal, not a bare PermissionError traceback.
+    (Tests may run as root, whom permissions do not stop: the refusal is simulated.)"""
+    path = write_build(tmp_path, [[1]]) / "train" / "dataset.json"
+    read_bytes = Path.read_bytes
+
+    def refuse(self):
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_bytes(self)
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    with pytest.raises(DatasetError) as error:
+        load_split(tmp_path, "train")
+    assert str(error.value) == f"{path}: cannot read it (Permission denied)"
+
 # ---------------------------------------------------------------------------------------------
 # Batch content
 
@@ -358,6 +374,46 @@ def test_sampling_stream_is_pinned(tmp_path):
     # Slots: group 3 -> puzzle 7 (rows 15, 16), then group 2 -> puzzle 4 (rows 7..10), shuffled.
     assert row_ids(batch).tolist() == [15, 16, 8, 10, 7, 9]
 
+
+
+def hrm_style_batches(data, global_batch_size: int, seed: int, epochs_per_iteration: int, iteration: int):
+    """An independent re-statement of the packing, in plain loops: the iteration's slots (each
+    epoch's draws as documented in _plan_epoch) form one stream, batches are filled slot by slot, a
+    slot that does not fit is cut, the incomplete last batch dropped (HRM's puzzle_dataset.py)."""
+    gi, pi = data.group_indices.tolist(), data.puzzle_indices.tolist()
+    slots = []
+    for epoch in range(iteration * epochs_per_iteration, (iteration + 1) * epochs_per_iteration):
+        bits = np.random.PCG64(np.random.SeedSequence([seed, epoch]))
+        keys = bits.random_raw(len(gi) - 1).tolist()
+        order = sorted(range(len(gi) - 1), key=lambda g: (keys[g], g))
+        draws = (bits.random_raw(len(gi) - 1) >> np.uint64(32)).tolist()
+        puzzles = [gi[g] + (draw * (gi[g + 1] - gi[g]) >> 32) for g, draw in zip(order, draws)]
+        row_keys = bits.random_raw(sum(pi[p + 1] - pi[p] for p in puzzles)).tolist()
+        for p in puzzles:
+            rows = list(range(pi[p], pi[p + 1]))
+            mine, row_keys = row_keys[:len(rows)], row_keys[len(rows):]
+            slots.append(sorted(rows, key=lambda r: (mine[r - pi[p]], r)))
+    batches, current = [], []
+    for rows in slots:
+        current += rows[:global_batch_size - len(current)]
+        if len(current) == global_batch_size:
+            batches.append(current)
+            current = []
+    return batches
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batches_match_an_independent_statement_of_the_packing(tmp_path, seed):
+    # puzzles without examples included (a build allows them): their slots add nothing
+    rng = np.random.default_rng(seed)
+    groups = [[int(n) for n in rng.integers(0, 5, size=rng.integers(1, 4))] for _ in range(6)]
+    data = load_split(write_build(tmp_path, groups), "train")
+    settings = dict(global_batch_size=4, seed=seed, epochs_per_iteration=2)
+    ranks = [TrainBatches(data, rank=r, world_size=2, **settings) for r in range(2)]
+    for iteration in range(3):
+        halves = [list(reader.iteration_batches()) for reader in ranks]
+        drawn = [row_ids(a).tolist() + row_ids(b).tolist() for a, b in zip(*halves)]
+        assert drawn == hrm_style_batches(data, 4, seed, 2, iteration)
 
 # ---------------------------------------------------------------------------------------------
 # Sharding
