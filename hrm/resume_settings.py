@@ -65,13 +65,16 @@ def exponents_of_given_rules(composed: dict, given: set[str]) -> set[str]:
     (hrm.config: p=0.45 with deeploop is custom). `resume=<a p=0.45 run> arch.scaling.rule=deeploop`
     then continued the run at p=0.45 without a word, where the rule asked for is another scaling,
     which the Trainer refuses as such. A custom rule reads the run's p unless p is given too."""
-    def value(dotted: str):
-        node = composed
-        for part in dotted.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        return node
     return {f"{scaling}.p" for scaling in ("arch.scaling", "arch.scaling.H", "arch.scaling.L")
-            if f"{scaling}.rule" in given and value(f"{scaling}.rule") != "custom"}
+            if f"{scaling}.rule" in given and setting(composed, f"{scaling}.rule") != "custom"}
+
+
+def setting(config: dict, dotted: str):
+    """The value of a dotted key (`arch.scaling.rule`) in a nested config; None where it has none."""
+    node = config
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
 
 
 def known_settings(model, values: dict) -> dict:
@@ -213,11 +216,6 @@ def describe(changed: list[str], merged: dict, shown: int = 8) -> str:
     """`key=value` for each changed setting. An arch of another name is said as its preset followed
     by the fields where the run's arch differs from that preset (`arch=hrm_tiny arch.hidden_size=128`:
     the name alone hid them), or field by field when no preset has its name; one item either way."""
-    def value(key: str):
-        node = merged
-        for part in key.split("."):
-            node = node[part]
-        return node
     items = []
     for key in changed:
         if key == "arch.name":
@@ -226,10 +224,10 @@ def describe(changed: list[str], merged: dict, shown: int = 8) -> str:
                 arch_keys = ["arch.name"] + [k for k in changed if k.startswith("arch.") and k != "arch.name"]
             else:
                 arch_keys = [f"arch.{k}" for k in differences(preset, merged["arch"])]
-            said = [f"{k}={value(k)}" for k in arch_keys]
+            said = [f"{k}={setting(merged, k)}" for k in arch_keys]
             items.append(" ".join(said if preset is None else [f"arch={merged['arch']['name']}", *said]))
         elif not (key.startswith("arch.") and "arch.name" in changed):
-            items.append(f"{key}={value(key)}")
+            items.append(f"{key}={setting(merged, key)}")
     return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 

@@ -70,6 +70,7 @@ class Recipe:
     K: list[int]
     notes: list[str] = field(default_factory=list)
     ranks: int = 1                       # processes the launcher starts (torchrun's --nproc-per-node)
+    flags: list[str] = field(default_factory=list)   # paper: the compare.py flags that shaped its commands
 
     @property
     def build_cmd(self) -> list[str] | None:
@@ -123,8 +124,11 @@ def paper_recipe(args) -> Recipe:
              "(warmup 2000, then constant); evaluation with predictions every 10K epochs."]
     if common[1:]:     # --steps, --lr, --set: the table must not pass the runs off as the published ones
         notes.append(f"This recipe changes them: {' '.join(common[1:])}.")
+    # given again to the printed recipe's closing --report, whose note and rebuilt commands come from them
+    flags = ["--seed", str(args.seed), "--nproc", str(args.nproc)] + (["--steps", str(args.steps)] if args.steps else []) \
+        + (["--lr", exact_text(args.lr)] if args.lr else []) + (["--set", *args.set] if args.set else [])
     return Recipe("paper", build, extra_dir, arms, common, launcher, work, [1, 2, 10, 100, 1000], notes,
-                  ranks=args.nproc)
+                  ranks=args.nproc, flags=flags)
 
 
 # ----------------------------------------------------------------------------------- running
@@ -372,7 +376,8 @@ def recipe_script(recipe: Recipe, out: Path) -> str:
     re-hash) before each training; a run that diverges (torchrun exits 1, pretrain.py leaves
     diverged.json) is a result, and the script goes on; step folders are read from each run's
     `latest` file, and the predictions training wrote for that step are voted on (predict.py runs
-    where there are none); `out`: where its closing --report writes the table (--out). Each arm's
+    where there are none); `out`: where its closing --report writes the table (--out), given the
+    recipe's own --seed, --nproc, --steps, --lr and --set (recipe.flags). Each arm's
     training command goes to its folder's command.txt, which the table shows (training_command).
     The same script runs again after a failure (`set -e` stops it at the first): the build is made
     only when it is not there (build_arc.py refuses an existing one without --overwrite; the re-hash
@@ -409,8 +414,9 @@ def recipe_script(recipe: Recipe, out: Path) -> str:
                       "--predictions PRED", f'--predictions {run}/predictions/"$(cat {run}/latest)"'),
                   "fi"]
     lines.append(f"# the table: {out}.md and .json")
+    # with the recipe's own --steps, --lr, --set: else its table's note gives the published settings
     lines.append(f"python scripts/compare.py --preset paper --report --data {build} "
-                 f"--work {shlex.quote(str(recipe.work))} --out {shlex.quote(str(out))}")
+                 f"--work {shlex.quote(str(recipe.work))} --out {shlex.quote(str(out))} {shlex.join(recipe.flags)}")
     return "\n".join(lines) + "\n"
 
 

@@ -152,7 +152,8 @@ def classify_run(losses: list[float], floor: float, exit_code: int, margin: floa
 def classify_logged_run(losses: list[float], floor: float, exit_code: int, margin: float = DEFAULT_MARGIN,
                         window: int = DEFAULT_WINDOW, steps: int | None = None, in_window: int | None = None) -> str:
     """`classify_run` for a run folder that may still be training (the command line): a run that
-    would be stuck with fewer steps than the window is TOO_SHORT. The p-sweep keeps `classify_run`:
+    would be stuck with fewer steps than the window is TOO_SHORT, and one with no loss logged and no
+    failure recorded is NO_STEPS rather than an error. The p-sweep keeps `classify_run`:
     its cells have run every step asked of them, so a short one is the result it asked for.
     A run that logs every log_interval-th step: `steps` is its last logged step and `in_window` how
     many of its losses lie in its last `window` steps (logged_steps); by default one loss a step."""

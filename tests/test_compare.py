@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -105,6 +106,23 @@ def test_paper_table_notes_say_what_the_recipe_changed():
     short = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--steps", "4", "--lr", "0.001",
                                                      "--set", "arch.H_cycles=1"])).notes
     assert short[1:] == ["This recipe changes them: max_steps=4 lr=0.001 arch.H_cycles=1."]
+
+
+def test_the_printed_recipes_closing_report_is_made_with_its_own_settings(tmp_path, capsys, monkeypatch):
+    """The recipe printed with --steps/--lr/--set ends with a --report that was given none of them:
+    its table's note named the published defaults alone, and the commands it rebuilt for runs
+    without a record lacked those settings and --nproc."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["--preset", "paper", "--nproc", "2", "--seed", "3", "--steps", "7", "--lr", "0.001",
+            "--set", "arch.hidden_size=32", "arch.H_cycles=1"]
+    printed = compare.paper_recipe(compare.parse_args(argv))
+    assert compare.main(argv) == 0
+    closing = capsys.readouterr().out.splitlines()[-1]
+    assert closing.startswith("python scripts/compare.py --preset paper --report ")
+    report = compare.paper_recipe(compare.parse_args(shlex.split(closing)[2:]))
+    assert report.notes == printed.notes and report.notes[1] == ("This recipe changes them: max_steps=7 lr=0.001 "
+                                                                 "arch.hidden_size=32 arch.H_cycles=1.")
+    assert [report.train_cmd(arm) for arm in report.arms] == [printed.train_cmd(arm) for arm in printed.arms]
 
 
 def test_paper_recipe_predicts_only_where_training_wrote_no_predictions(tmp_path, capsys):
@@ -456,10 +474,10 @@ mkdir -p "$run/step_9" "$run/predictions/step_9"; echo step_9 > "$run/latest"; e
     assert [line.split()[0] for line in python_ran] == ["build_arc.py"] * 2 + ["evaluate/vote.py", "scripts/compare.py"]
     assert "checkpoints/compare_paper/hrm_deeploop/predictions/step_9" in python_ran[2]
     assert python_ran[3].endswith("--report --data data/arc-aug-1000 --work checkpoints/compare_paper "
-                                  "--out results/compare_paper")
+                                  "--out results/compare_paper --seed 0 --nproc 8")
     # an --out given to the printed recipe is where its table goes
     assert compare.main(["--preset", "paper", "--out", "results/mine"]) == 0
-    assert capsys.readouterr().out.endswith("--work checkpoints/compare_paper --out results/mine\n")
+    assert capsys.readouterr().out.endswith("--work checkpoints/compare_paper --out results/mine --seed 0 --nproc 8\n")
 
 
 def test_the_printed_recipe_runs_again_after_a_failure(tmp_path, capsys, monkeypatch):

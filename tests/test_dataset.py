@@ -229,6 +229,7 @@ def test_an_unreadable_dataset_json_is_named(tmp_path, monkeypatch):
         load_split(tmp_path, "train")
     assert str(error.value) == f"{path}: cannot read it (Permission denied)"
 
+
 # ---------------------------------------------------------------------------------------------
 # Batch content
 
@@ -375,7 +376,6 @@ def test_sampling_stream_is_pinned(tmp_path):
     assert row_ids(batch).tolist() == [15, 16, 8, 10, 7, 9]
 
 
-
 def hrm_style_batches(data, global_batch_size: int, seed: int, epochs_per_iteration: int, iteration: int):
     """An independent re-statement of the packing, in plain loops: the iteration's slots (each
     epoch's draws as documented in _plan_epoch) form one stream, batches are filled slot by slot, a
@@ -414,6 +414,7 @@ def test_batches_match_an_independent_statement_of_the_packing(tmp_path, seed):
         halves = [list(reader.iteration_batches()) for reader in ranks]
         drawn = [row_ids(a).tolist() + row_ids(b).tolist() for a, b in zip(*halves)]
         assert drawn == hrm_style_batches(data, 4, seed, 2, iteration)
+
 
 # ---------------------------------------------------------------------------------------------
 # Sharding
