@@ -96,6 +96,7 @@ def load_recorded_build(data: Path, recorded_in: Path | None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     ks = sorted(set(args.K))
+    data = None      # named by an OSError without a file name, if one comes after it is known
     try:
         check_outputs(args)
         predictions = resolve_predictions(args.predictions, args.checkpoints)
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
         print(f"vote.py: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:     # a build or predictions file this user may not read (permissions, NFS)
-        print(f"vote.py: error: cannot read {e.filename or data}: {e.strerror or e}", file=sys.stderr)
+        print(f"vote.py: error: cannot read {e.filename or data or args.predictions or args.checkpoints}: {e.strerror or e}", file=sys.stderr)
         return 2
     stats = pair_stats(votes)
     meta = {"predictions": [str(f) for f in predictions.files], "source": predictions.source,

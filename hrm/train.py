@@ -516,8 +516,9 @@ class Trainer:
         # throughout: step k uses lr * k / warmup (lr_at), so the run never reaches the lr it names
         warmup, last = self.config.lr_warmup_steps, self.stop_step
         if warmup > last > self.step:
+            puzzle = " and puzzle_emb_lr" if self.config.arch.puzzle_emb_ndim > 0 else ""
             print(f"warning: lr_warmup_steps={warmup} is longer than the run ({last} steps): the learning rates "
-                  f"rise only to {last}/{warmup} of lr and puzzle_emb_lr (lr={self.config.lr:g} reaches "
+                  f"rise only to {last}/{warmup} of lr{puzzle} (lr={self.config.lr:g} reaches "
                   f"{lr_at(last, self.config.lr, warmup, self.total_steps, self.config.lr_min_ratio):.3g} at its last "
                   f"step); lower lr_warmup_steps to train at lr", file=sys.stderr, flush=True)
         # A save killed between its renames is the newest checkpoint (it may be the one resumed,

@@ -1382,6 +1382,10 @@ def test_a_warmup_longer_than_the_run_is_warned_of(small_build, tmp_path, capsys
             "of lr and puzzle_emb_lr (lr=0.001 reaches 0.00025 at its last step)") in capsys.readouterr().err
     Trainer(micro_config(small_build, tmp_path / "run2", max_steps=3, lr_warmup_steps=3), CPU, progress=False)
     assert "lr_warmup_steps" not in capsys.readouterr().err
+    # without a puzzle embedding there is no puzzle_emb_lr to name
+    Trainer(micro_config(small_build, tmp_path / "run3", max_steps=3, lr_warmup_steps=12,
+                         arch={**MICRO_ARCH, "puzzle_emb_ndim": 0}), CPU, progress=False)
+    assert "rise only to 3/12 of lr (lr=0.001" in capsys.readouterr().err
 
 
 def test_ranks_that_do_not_share_the_run_folder_are_refused_at_start_up(small_build, tmp_path):
