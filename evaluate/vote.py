@@ -120,7 +120,8 @@ def main(argv=None) -> int:
         print(f"vote.py: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:     # a build or predictions file this user may not read (permissions, NFS)
-        print(f"vote.py: error: cannot read {e.filename or data or args.predictions or args.checkpoints}: {e.strerror or e}", file=sys.stderr)
+        what = e.filename or data or args.predictions or args.checkpoints
+        print(f"vote.py: error: cannot read {what}: {e.strerror or e}", file=sys.stderr)
         return 2
     stats = pair_stats(votes)
     meta = {"predictions": [str(f) for f in predictions.files], "source": predictions.source,
