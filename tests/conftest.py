@@ -31,6 +31,14 @@ def small_build(tmp_path_factory) -> Path:
     return build_small(tmp_path_factory.mktemp("data") / "arc-small")
 
 
+@pytest.fixture(scope="session")
+def tiny_build(tmp_path_factory) -> Path:
+    """2 + 2 tasks, 2 augmentations: 6 test rows where small_build has 40. For tests that need a
+    real build but not its size: a trainer's evaluation of the whole test split costs ~1 s on
+    small_build. Shared: never written into."""
+    return build_small(tmp_path_factory.mktemp("data") / "arc-tiny", tasks_per_subset=2, num_aug=2)
+
+
 def together(*calls):
     """Run independent zero-argument calls (subprocesses, mostly interpreter start-up) two at a time,
     as the 2-core machines this suite targets allow; their results in order."""

@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from conftest import ROOT, build_small, together
+from conftest import ROOT, together
 
 
-@pytest.fixture(scope="module")
-def rehearse_build(tmp_path_factory):
+@pytest.fixture
+def rehearse_build(tiny_build):
     """A build of the settings REHEARSE=1 makes (2 tasks, 2 augmentations): the only one it reuses."""
-    return build_small(tmp_path_factory.mktemp("data") / "rehearse", tasks_per_subset=2, num_aug=2)
+    return tiny_build
 
 
 def run_check(tmp_path, data, **env):
@@ -47,17 +47,18 @@ def fake_adam_build(tmp_path) -> dict:
     return dict(WHEELS=str(wheels), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
 
-def test_full_rehearsal_runs_every_phase(tmp_path):
+def test_full_rehearsal_runs_every_phase(rehearse_build, tmp_path):
     # FULL=1's phases, in two runs at once (ONLY=; one per core of the 2-core machines this suite
     # targets, each run's phases being one after the other): every phase's command line runs, and
     # test_a_spent_budget_skips_phases_and_names_them shows one FULL=1 run reaching them all in this
     # order. The background build of the fused optimizer fails, is reported, and the fused test
-    # skips; nothing else is disturbed. (The trainer's wheels are installed here.) No build is given:
-    # each run makes its own 2-task one, as on a GPU machine without data/gpu-check.
+    # skips; nothing else is disturbed. (The trainer's wheels are installed here.) The first run is
+    # given no build: it makes its own 2-task one, as on a GPU machine without data/gpu-check; the
+    # second, the longer, reuses one made with the same settings (a build process fewer).
     first, second = tmp_path / "first", tmp_path / "second"
     (proc, records, log), (proc2, records2, log2) = together(
         lambda: run_check(first, first / "data", ONLY="model tests v1 adam", **fake_adam_build(tmp_path)),
-        lambda: run_check(second, second / "data", ONLY="smoke deeploop torchrun"))
+        lambda: run_check(second, rehearse_build, ONLY="smoke deeploop torchrun"))
     for p in (proc, proc2):
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert json.loads((first / "data" / "manifest.json").read_text())["settings"]["limit_tasks"] == 2

@@ -148,10 +148,10 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp_path, capsys):
+def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(tiny_build, tmp_path, capsys):
     out = tmp_path / "results" / "sweep"
     # Two GPU names: CPU torch ignores CUDA_VISIBLE_DEVICES, so the runs train here all the same.
-    argv = ["--data", str(small_build), "--p", "0.3", "0.5", "--seeds", "0", "--steps", "2", "--jobs", "2",
+    argv = ["--data", str(tiny_build), "--p", "0.3", "0.5", "--seeds", "0", "--steps", "2", "--jobs", "2",
             "--gpus", "5", "7", "--window", "2", "--work", str(tmp_path / "work"), "--out", str(out), "--set", *MICRO]
     assert p_sweep.main(argv) == 0
     cells = [json.loads(p.read_text()) for p in sorted((tmp_path / "work").rglob("cell.json"))]
@@ -160,7 +160,7 @@ def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp
         reader = csv.DictReader(f)
         rows = list(reader)
     assert reader.fieldnames == CSV_COLUMNS
-    floor, _ = unigram_floor(small_build)
+    floor, _ = unigram_floor(tiny_build)
     assert [(float(r["p"]), int(r["seed"]), r["loops"]) for r in rows] == [(0.3, 0, "2x2"), (0.5, 0, "2x2")]
     for r in rows:
         assert r["status"] in ("trained", "stuck") and int(r["steps"]) == 2 and r["exit_code"] == "0"
@@ -186,7 +186,7 @@ def test_two_cell_sweep_writes_csv_png_and_markdown_and_resumes(small_build, tmp
     np.testing.assert_array_equal(read_png(out.with_suffix(".png")), decode_png(data))
 
 
-def test_a_rerun_continues_a_cell_stopped_by_sigterm(small_build, tmp_path, monkeypatch, capsys):
+def test_a_rerun_continues_a_cell_stopped_by_sigterm(tiny_build, tmp_path, monkeypatch, capsys):
     """A scheduler's SIGTERM stops a cell's training after a few steps (pretrain.py saves that step,
     exit 143): the rerun continues it with resume=latest instead of training it from scratch, and
     its seconds add the stopped attempt's."""
@@ -194,7 +194,7 @@ def test_a_rerun_continues_a_cell_stopped_by_sigterm(small_build, tmp_path, monk
     import subprocess
     import time
     from scripts.experiment_tools import run_logged, thread_env
-    argv = ["--data", str(small_build), "--p", "0.5", "--seeds", "0", "--steps", "8", "--jobs", "1",
+    argv = ["--data", str(tiny_build), "--p", "0.5", "--seeds", "0", "--steps", "8", "--jobs", "1",
             "--gpus", "none", "--window", "4", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "sweep"),
             "--set", *MICRO]
     run_log = tmp_path / "work" / "lr0.001_loops2x2" / "p0.500_seed0" / "run" / "log.jsonl"
