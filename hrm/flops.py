@@ -1,10 +1,21 @@
 """Model FLOPs per token of one training step, for throughput and MFU figures.
 
-Counts matrix multiplies (2*m*n*k) and attention (q k^T and p v) of every block visit as executed:
-the training segment (all visits), the no-grad target-Q segment (its last block for position 0
-only, the one position the Q head reads; none when halt_max_steps is 1, where the model has no
-Q target to compute), the backward (2x the forward) of the gradient-visible visits, and the LM
-head forward and backward. Elementwise work is not counted.
+The convention: the model FLOPs one training step actually executes (ACT forward in training
+mode, loss, backward), divided by its tokens. Counted are the matrix multiplies (2*m*n*k) and
+attention (q k^T and p v):
+  - the training segment, every block visit once; of those, the gradient-visible ones (the last L
+    call and the last H call: the one-step gradient) again twice for the backward (d-input and
+    d-weight), so three times in all, and the no-grad H/L iterations once;
+  - the no-grad target-Q segment, every visit once, its last block for position 0 only (the one
+    position the Q head reads); none when halt_max_steps is 1, where the model computes no Q target;
+  - the LM head (forward and backward) and the Q head (forward and backward on the training
+    segment, forward on the target-Q segment).
+The puzzle embedding is a lookup (no multiplies), but its positions go through every block, so
+their work is counted. Elementwise work (norms, RoPE, SwiGLU's gate, softmax, the loss, the
+optimizers) is not. Recomputation a kernel may do in its backward (FlashAttention) is not counted.
+
+Tokens are the seq_len input positions of every row, padding included, puzzle positions not: a
+step of batch B has B * seq_len tokens, and FLOPs per token times tokens/s is the FLOP/s achieved.
 """
 from __future__ import annotations
 
@@ -24,9 +35,10 @@ def flops_per_token(arch: ArchConfig, seq_len: int, vocab: int) -> float:
                         + 2 * hidden * hidden + 2 * hidden * 2 * inner + 2 * inner * hidden)
     segment_visits = arch.H_cycles * (arch.L_cycles * arch.L_layers + arch.H_layers)
     grad_visits = arch.L_layers + arch.H_layers
-    forward = segment_visits * block_visit                                 # the training segment
+    q_head = 2 * hidden * 2                                                 # one row: (halt, continue)
+    forward = segment_visits * block_visit + q_head                        # the training segment
     if arch.halt_max_steps > 1:   # the target-Q segment (hrm.model skips it with one ACT step)
-        forward += (segment_visits - 1) * block_visit + first_only_visit
-    backward = 2 * grad_visits * block_visit
-    head = 3 * 2 * hidden * vocab * seq_len           # LM head forward + backward
-    return (forward + backward + head) / seq_len
+        forward += (segment_visits - 1) * block_visit + first_only_visit + q_head
+    backward = 2 * (grad_visits * block_visit + q_head)
+    lm_head = 3 * 2 * hidden * vocab * seq_len        # forward + backward
+    return (forward + backward + lm_head) / seq_len

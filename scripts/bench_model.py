@@ -13,10 +13,11 @@ Configurations:
              96: one GPU's share of the published global batch 768 on 8 GPUs (768 on one GPU would
              save ~140 GB of activations for the backward by estimate, about an H200's memory).
 
-FLOPs per token count matrix multiplies (2*m*n*k) and attention (q k^T and p v) of every block
-visit as executed (both segments, the target-Q one only when halt_max_steps > 1, its last block for
-position 0 only), the backward (2x the forward) of the gradient-visible visits and the LM head
-(forward and backward); elementwise work is not counted.
+FLOPs per token (hrm.flops): the matrix multiplies and attention the step executes, per token:
+every block visit of both segments once (the target-Q one only when halt_max_steps > 1, its last
+block for position 0 only), the gradient-visible visits twice more for their backward, the LM and
+Q heads forward and backward; elementwise work not counted. achieved_flops_per_s = flops_per_token
+* tokens_per_s.
 
 Usage: python scripts/bench_model.py [--config cpu-bench|hrm_v1|all] [--steps 6] [--warmup 2]
                                      [--batch N] [--compile]

@@ -1,7 +1,10 @@
 """Throughput of the training loop, data loading included (reader -> device -> ACT step -> optimizers).
 
-Prints one JSON line per configuration: steps/s, tokens/s (batch * 900 per step), model FLOPs per
-token and achieved FLOP/s (MFU on CUDA against --peak-tflops), peak memory.
+Prints one JSON line per configuration: steps/s, tokens/s (batch * 900 per step: every position
+of the padded 30x30 canvas, the puzzle-embedding token not counted), model FLOPs per token
+(hrm.flops: what the step executes, no-grad block visits once, gradient-visible ones three times),
+achieved TFLOP/s (their product) and on CUDA MFU (achieved / --peak-tflops, default the H200's
+989 dense bf16), peak memory.
 
   python scripts/bench_train.py                       # hrm_tiny on CPU (batch 8); hrm_v1 too when CUDA is there
   python scripts/bench_train.py --config hrm_v1 --batch 96 --steps 200 --compile    # GPU

@@ -42,12 +42,15 @@ def test_flops_per_token_by_hand():
     block = (24576 + 8192 + 65536 + 32768 + 1024) * 4            # one block visit, 4 positions
     first_only = 2 * 64 * 192 * 4 + 4 * 4 * 64 + 8192 + 65536 + 32768   # position 0 of the last block
     head = 3 * 2 * 64 * 12 * 4
+    q_head = 2 * 64 * 2                                          # one row's (halt, continue), forward
     # one ACT step: the model computes no Q target (hrm.model), so no target-Q segment:
-    # training segment (2 visits) + backward of the 2 gradient-visible visits + LM head
-    assert flops_per_token(ArchConfig(**arch, halt_max_steps=1), 4, 12) == (2 * block + 4 * block + head) / 4
-    # more steps: plus the target-Q segment, its first visit whole and its last for position 0 only
+    # training segment (2 visits) + backward of the 2 gradient-visible visits + LM head + Q head x3
+    assert flops_per_token(ArchConfig(**arch, halt_max_steps=1), 4, 12) == (
+        2 * block + 4 * block + head + 3 * q_head) / 4
+    # more steps: plus the target-Q segment, its first visit whole and its last for position 0 only,
+    # and the Q head once more
     assert flops_per_token(ArchConfig(**arch, halt_max_steps=2), 4, 12) == (
-        (3 * block + first_only) + 4 * block + head) / 4
+        (3 * block + first_only) + 4 * block + head + 4 * q_head) / 4
 
 
 @pytest.mark.parametrize("args, message", [(["--batch", "0"], "--batch must be at least 1, got 0"),
