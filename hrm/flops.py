@@ -19,6 +19,8 @@ step of batch B has B * seq_len tokens, and FLOPs per token times tokens/s is th
 """
 from __future__ import annotations
 
+import torch
+
 from hrm.config import ArchConfig
 
 
@@ -42,3 +44,13 @@ def flops_per_token(arch: ArchConfig, seq_len: int, vocab: int) -> float:
     backward = 2 * (grad_visits * block_visit + q_head)
     lm_head = 3 * 2 * hidden * vocab * seq_len        # forward + backward
     return (forward + backward + lm_head) / seq_len
+
+
+H200_BF16_DENSE_TFLOPS = 989.0  # vendor peak, dense bf16: the default MFU reference
+
+
+def cuda_figures(flops_per_tok: float, tokens_per_s: float, peak_tflops: float) -> dict:
+    """MFU against `peak_tflops` and the peak GPU memory since the last reset (the benchmarks reset
+    it after their warm-up), as bench_model.py and bench_train.py report them on CUDA."""
+    return {"mfu": round(flops_per_tok * tokens_per_s / (peak_tflops * 1e12), 4),
+            "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}

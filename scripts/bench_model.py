@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hrm.config import ArchConfig  # noqa: E402
-from hrm.flops import flops_per_token  # noqa: E402
+from hrm.flops import H200_BF16_DENSE_TFLOPS, cuda_figures, flops_per_token  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.model import HRM  # noqa: E402
 from hrm.optim import AdamATan2  # noqa: E402
@@ -82,7 +82,7 @@ def training_step(arch: ArchConfig, batch: dict, device: torch.device, compile_m
 
 
 def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, warmup: int,
-          compile_model: bool) -> dict:
+          compile_model: bool, peak_tflops: float = H200_BF16_DENSE_TFLOPS) -> dict:
     batch = make_batch(batch_size, device, torch.Generator().manual_seed(0))
     train_step, carry, model = training_step(arch, batch, device, compile_model)
 
@@ -93,6 +93,8 @@ def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, w
     for _ in range(warmup):
         carry = train_step(carry)
     sync()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)   # the timed steps' peak, not the warm-up's
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -103,7 +105,7 @@ def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, w
     tokens = batch_size * SEQ_LEN
     tokens_per_s = tokens / step_time
     fpt = flops_per_token(arch, SEQ_LEN, VOCAB)
-    return dict(
+    result = dict(
         config=arch.name, device=str(device), dtype=str(model.compute_dtype(device)).replace("torch.", ""),
         threads=torch.get_num_threads(), batch=batch_size, seq_len=SEQ_LEN, steps=steps,
         compiled=compile_model, params=sum(p.numel() for p in model.parameters()),
@@ -115,6 +117,9 @@ def bench(arch: ArchConfig, batch_size: int, device: torch.device, steps: int, w
         # Other processes share the CPU: the 1-minute load average puts the numbers in context.
         load_average=round(os.getloadavg()[0], 2),
     )
+    if device.type == "cuda":   # as bench_train.py reports them
+        result.update(cuda_figures(fpt, tokens_per_s, peak_tflops))
+    return result
 
 
 def main():
@@ -124,12 +129,16 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch", type=int, default=None, help="override the batch size")
     parser.add_argument("--compile", action="store_true", help="torch.compile the loss head")
+    parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS,
+                        help="for MFU on CUDA (default: H200 bf16 dense)")
     args = parser.parse_args()
     # no timed step is no figure (a ZeroDivisionError after the warm-up, before)
     if args.steps < 1 or args.warmup < 0:
         parser.error(f"--steps must be at least 1 and --warmup at least 0, got {args.steps} and {args.warmup}")
     if args.batch is not None and args.batch < 1:
         parser.error(f"--batch must be at least 1, got {args.batch}")
+    if not args.peak_tflops > 0:
+        parser.error(f"--peak-tflops must be > 0, got {args.peak_tflops}")
 
     if args.config in ("all", "cpu-bench"):
         torch.set_num_threads(1)
@@ -146,7 +155,7 @@ def main():
             torch.set_num_threads(os.cpu_count() or 1)
             arch = ArchConfig(name="hrm_v1")  # the defaults are the published architecture
             print(json.dumps(bench(arch, args.batch or 96, torch.device("cuda"), args.steps,
-                                   args.warmup, args.compile)), flush=True)
+                                   args.warmup, args.compile, args.peak_tflops)), flush=True)
 
 
 if __name__ == "__main__":

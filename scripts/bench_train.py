@@ -31,12 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 from arc_data.dataset import load_split  # noqa: E402
 from hrm.distributed import DistInfo, init_distributed  # noqa: E402
-from hrm.flops import flops_per_token  # noqa: E402
+from hrm.flops import H200_BF16_DENSE_TFLOPS, cuda_figures, flops_per_token  # noqa: E402
 from hrm.pretrain_config import PretrainConfig  # noqa: E402
 from hrm.resume_settings import preset_values  # noqa: E402
 from hrm.train import Trainer  # noqa: E402
-
-H200_BF16_DENSE_TFLOPS = 989.0  # vendor peak, dense bf16
 
 
 def small_build(folder: Path) -> Path:
@@ -100,8 +98,7 @@ def bench(config_name: str, data: Path, batch: int, steps: int, warmup: int, com
               "steps_per_s": round(steps / seconds, 4), "tokens_per_s": round(tokens_per_s, 1),
               "flops_per_token": round(fpt), "achieved_tflops": round(fpt * tokens_per_s / 1e12, 3)}
     if info.device.type == "cuda":
-        result["mfu"] = round(fpt * tokens_per_s / (peak_tflops * 1e12), 4)
-        result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+        result.update(cuda_figures(fpt, tokens_per_s, peak_tflops))
     else:
         result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return result

@@ -68,3 +68,20 @@ def test_bad_numbers_are_refused_before_any_work(args, message, monkeypatch, cap
         bench_train.main()
     out, err = capsys.readouterr()
     assert exited.value.code == 2 and message in err and out == "", err
+
+
+def test_both_benchmarks_report_mfu_on_cuda_against_the_given_peak(monkeypatch, capsys):
+    """bench_model.py printed no MFU or peak memory on CUDA (bench_train.py did): gpu_check's model
+    phase had none. Both use one formula: FLOPs/token x tokens/s over the peak."""
+    import torch
+
+    from hrm.flops import cuda_figures
+    from scripts import bench_model
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 3 * 2**30)
+    # 500 MFLOP/token at 200k tokens/s = 100 TFLOP/s: 0.1011 of the H200's 989, 0.5 of 200
+    assert cuda_figures(5e8, 2e5, 989.0) == {"mfu": 0.1011, "peak_memory_gib": 3.0}
+    assert cuda_figures(5e8, 2e5, 200.0)["mfu"] == 0.5
+    monkeypatch.setattr(sys, "argv", ["bench_model.py", "--peak-tflops", "0"])
+    with pytest.raises(SystemExit) as exited:
+        bench_model.main()
+    assert exited.value.code == 2 and "--peak-tflops must be > 0, got 0.0" in capsys.readouterr().err
