@@ -21,13 +21,15 @@ every job's own run, and starts afresh a job without a checkpoint). A diverged j
 error (out of memory, say) prints its traceback and the sweep goes on; it exits 1 at the end, naming
 the failed jobs. A checkpoint or predictions that cannot be written (a full disk, which would fail the
 next jobs too) stop the sweep with exit 1, naming the jobs that failed or diverged before and how to
-continue it; so does a SIGTERM (exit 143) or Ctrl-C (130). Under torchrun the jobs share one process
-group, and an error on any rank stops the sweep (torchrun stops every rank).
+continue it; so does a SIGTERM (exit 143) or Ctrl-C (130), also between two jobs. Under torchrun the
+jobs share one process group, and an error on any rank stops the sweep (torchrun stops every rank).
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
 
 import hydra
@@ -43,12 +45,18 @@ from hrm.sweep import (fresh_if_nothing_to_resume, is_multirun, launcher_log_on_
 EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_STOPPED = 3, 130, 143   # 130, 143: as a shell reports Ctrl-C, SIGTERM
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
 failed_jobs: list[str] = []     # a single-process multirun's jobs that raised an error, for its exit status
+# a multirun's jobs that got as far as naming their run: (run name, later_jobs' advice), for a
+# Ctrl-C or SIGTERM outside any job's training (between two jobs, in Hydra's own code)
+started_jobs: list[tuple[str, str]] = []
 
 
 @hydra.main(config_path="configs", config_name="cfg_pretrain", version_base=None)
 def launch(hydra_config: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hrm.resume_settings import resume_path_problem, resume_with_saved_settings
+    if is_multirun() and threading.current_thread() is threading.main_thread():
+        # from here to the sweep's end; fit puts its own in place while it trains
+        signal.signal(signal.SIGTERM, stop_outside_training)
     try:
         composed = numbers_as_text(OmegaConf.to_container(hydra_config, resolve=True))
     except ValueError as e:
@@ -96,6 +104,8 @@ def launch(hydra_config: DictConfig) -> None:
             else:                                        # this rank's alone: it says it itself
                 print(f"pretrain.py: error: {e}", file=sys.stderr)
             sys.exit(EXIT_BAD_CONFIG)
+        if tag:
+            started_jobs.append((trainer.run_name, later_jobs(config, trainer, tag)))
         summary = trainer.fit()
         if info.is_main and summary["steps_run"] == 0 and not summary["eval"]:   # resumed at its end: nothing left
             print(f"done: the run had already finished at step {summary['step']} (max_steps or epochs end it "
@@ -132,9 +142,11 @@ def launch(hydra_config: DictConfig) -> None:
         say_once_per_node(f"{e}{later_jobs(config, trainer, tag)}")
         sys.exit(EXIT_STOPPED)
     except KeyboardInterrupt:   # Ctrl-C: where things stand, not a traceback (once per machine)
+        if trainer is None:     # before this job trained: said as one between two jobs (__main__)
+            raise
         if speaks_for_node():
-            sweep = later_jobs(config, trainer, tag) if trainer is not None else ""
-            print(f"\npretrain.py: interrupted {where_the_run_stands(trainer, sweep)}", file=sys.stderr, flush=True)
+            print(f"\npretrain.py: interrupted {where_the_run_stands(trainer, later_jobs(config, trainer, tag))}",
+                  file=sys.stderr, flush=True)
         sys.exit(EXIT_INTERRUPTED)
     except Exception:
         if is_multirun() and info.world_size > 1:
@@ -162,6 +174,29 @@ def launch(hydra_config: DictConfig) -> None:
         # talks to it aborts the peer, and a rank that exits early makes torchrun stop the rest.
         if not (is_multirun() and finished):
             shutdown(wait_for_peers=finished or agreed)
+
+
+class SigtermOutsideTraining(BaseException):
+    """SIGTERM in a sweep outside a job's training (between two jobs, or while one starts), where
+    fit's handler (hrm.train.StopOnSigterm) is not in place: the default one ended the process
+    without a word, naming neither the jobs that diverged nor how to continue the sweep (the
+    run_name of default names), and a wrapper looking for the `stopped by SIGTERM` line took the
+    stop for a failure. Not an Exception: Hydra's job runner and launch() must let it through."""
+
+
+def stop_outside_training(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a copy of the signal (SLURM signals twice) while saying so
+    raise SigtermOutsideTraining
+
+
+def before_training() -> str:
+    """The end of the Ctrl-C or SIGTERM line outside any job's training: starting up (importing
+    torch, composing, loading the data), or in a sweep between two jobs (Hydra's own code) or before
+    the next job trained, where the same sweep with resume=latest continues it."""
+    if not started_jobs:
+        return "before training"
+    name, advice = started_jobs[-1]
+    return f"before the sweep's next job trained, after its job {name}{advice}"
 
 
 def say_earlier_jobs() -> None:
@@ -332,16 +367,28 @@ def check_preset_choices(hydra, overrides: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    check_overrides(sys.argv[1:])
-    sys.argv = sys.argv[:1] + sweep_record_on_rank_zero(sys.argv[1:])
-    launcher_log_on_rank_zero()
     try:
+        check_overrides(sys.argv[1:])
+        sys.argv = sys.argv[:1] + sweep_record_on_rank_zero(sys.argv[1:])
+        launcher_log_on_rank_zero()
         launch()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # a sweep's stop_outside_training: the sweep is over
     except SystemExit:
         # a job that stopped the sweep (a full disk, SIGTERM, Ctrl-C) has said why; the jobs that
         # failed or diverged before it are named all the same, and its exit status stands
         say_earlier_jobs()
         raise
+    except KeyboardInterrupt:
+        # Ctrl-C outside a job's training, which launch() reports itself: Hydra would print a
+        # traceback, and a sweep would end without saying how to continue it
+        if speaks_for_node():
+            print(f"\npretrain.py: interrupted {before_training()}", file=sys.stderr, flush=True)
+        say_earlier_jobs()
+        sys.exit(EXIT_INTERRUPTED)
+    except SigtermOutsideTraining:   # nothing in training to save: said as fit's stop is, then the same exit
+        say_once_per_node(f"stopped by SIGTERM {before_training()}")
+        say_earlier_jobs()
+        sys.exit(EXIT_STOPPED)
     from hrm.distributed import shutdown
     shutdown(wait_for_peers=True)   # a sweep's process group, kept across its jobs (no-op otherwise)
     say_earlier_jobs()

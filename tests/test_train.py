@@ -1640,6 +1640,52 @@ def test_ctrl_c_in_a_sweep_says_how_to_continue_the_sweep(small_build, tmp_path)
     assert "run the same sweep with resume=latest to continue it" in err
 
 
+def test_ctrl_c_or_sigterm_between_two_jobs_of_a_sweep_says_how_to_continue_it(tiny_build, tmp_path):
+    """Ctrl-C or SIGTERM outside any job's training (here as Hydra's launcher starts a job: between
+    two jobs, in Hydra's own code): Ctrl-C was Hydra's KeyboardInterrupt traceback, SIGTERM a silent
+    death, neither naming the jobs that diverged before nor how to continue the sweep (the run_name
+    of default names). Now exit 130 or 143 and one line naming the last job run and the same sweep
+    with resume=latest; before any job ran, 'before training'."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, signal\n"
+        "import hydra.core.utils\n"     # the launcher's module is loaded later, with the run_job found here
+        "launch_job = hydra.core.utils.run_job\n"
+        "def run_job(*args, **kwargs):\n"
+        "    if kwargs['config'].hydra.job.num == int(os.environ['STOP_AT_JOB']):\n"
+        "        if os.environ['STOP_WITH'] == 'SIGTERM':\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        raise KeyboardInterrupt   # what SIGINT raises (also where a test runner ignores SIGINT)\n"
+        "    return launch_job(*args, **kwargs)\n"
+        "hydra.core.utils.run_job = run_job\n")
+
+    def sweep(at: int, stop: str):
+        cwd = tmp_path / f"{stop}-{at}"
+        cwd.mkdir()
+        env = dict(os.environ, WANDB_MODE="disabled", STOP_AT_JOB=str(at), STOP_WITH=stop,
+                   PYTHONPATH=os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        run = subprocess.run(sweep_cmd(tiny_build, "lr=1e30,1e-3"), cwd=cwd, capture_output=True, text=True,
+                             timeout=300, env=env)
+        assert "Traceback" not in run.stderr, run.stderr[-3000:]
+        return run, cwd / "checkpoints" / "sweep"
+    [(ctrl_c, ctrl_c_runs), (sigterm, sigterm_runs), (first, first_runs)] = together(
+        lambda: sweep(1, "SIGINT"), lambda: sweep(1, "SIGTERM"), lambda: sweep(0, "SIGINT"))
+    for run, runs, code, said in ((ctrl_c, ctrl_c_runs, 130, "interrupted"), (sigterm, sigterm_runs, 143,
+                                                                               "stopped by SIGTERM")):
+        assert run.returncode == code, run.stderr[-3000:]
+        names = sorted(p.name for p in runs.iterdir())
+        assert [name.split("-lr=")[1] for name in names] == ["1e+30"]     # the second job never started
+        name = names[0].split("-lr=")[0]                                  # micro-<time>
+        assert run.stderr.endswith(
+            f"pretrain.py: {said} before the sweep's next job trained, after its job {names[0]}; the sweep stops "
+            f"here (any job after this one is not started): run the same sweep with resume=latest run_name={name} "
+            f"to continue it\npretrain.py: 1 run(s) of the sweep diverged: {names[0]}\n"), run.stderr[-3000:]
+    assert first.returncode == 130 and first.stderr.endswith("\npretrain.py: interrupted before training\n"), \
+        first.stderr[-3000:]
+    assert not first_runs.exists()
+
+
 def test_ctrl_c_before_the_first_checkpoint_does_not_suggest_resume(tmp_path):
     """resume=<run folder> is refused while the folder holds no checkpoint: the Ctrl-C line must not
     send the user there, but say to run the command again; once a checkpoint exists it names resume."""
