@@ -365,9 +365,9 @@ class Trainer:
         agree_on_outcome(open_run, info, refusals=(ValueError, OSError))
 
     def _prepare(self) -> Path | None:
-        """Each rank's own start-up, every check included: data, model, optimizers, then the
-        checkpoint resumed (its folder is returned) or the fresh run's folder checked (None). Holds
-        no collective: agree_on_outcome runs it."""
+        """Each rank's own start-up, every check included: data, model, then the checkpoint resumed
+        (its folder is returned) or the fresh run's folder checked (None), the optimizers built once
+        those checks pass (_build_optimizers). Holds no collective: agree_on_outcome runs it."""
         cfg, info = self.config, self.info
         cfg.check_world_size(info.world_size)
         # W&B settings are checked before any work (a missing wandb package is named here).
@@ -389,6 +389,29 @@ class Trainer:
         self.model = HRM(cfg.arch, meta.vocab_size, meta.seq_len, meta.num_puzzle_identifiers,
                          verbose=info.is_main).to(info.device)
         self.loss_head = ACTLossHead(self.model)
+        self.optimizers = None   # _build_optimizers, once the folder checks (and a checkpoint's) pass
+
+        self.step = 0
+        self.carry = None
+        self.evaluated_iterations = 0   # reader iterations whose evaluation has run
+        self.final_evaluation_pending = False   # stopped by SIGTERM on the last step, before its evaluation
+        self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0; False:
+                                        # voting cannot read the build)
+        self.diagnostics_failed = False  # rank 0's visit alignment failed once: not tried again
+        # A W&B run of its own (a fresh run, a branch), unless _resume continues the run's
+        self.wandb_id, self.continues_wandb_run = new_wandb_run_id(self.run_name), False
+        if cfg.resume:
+            return self._resume()
+        self._check_fresh_folder()
+        self._build_optimizers()
+        return None
+
+    def _build_optimizers(self) -> dict:
+        """The optimizers and the compiled step, built after the run's folder and checkpoint checks:
+        the first optimizer imports torch._dynamo (seconds), which a refused start need not wait for.
+        Refuses nothing (PretrainConfig checked the settings the optimizers check), so the refusals
+        and their order are those of building it first. Returns the optimizers."""
+        cfg, info = self.config, self.info
         self.optimizers = {"dense": AdamATan2(self.model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2),
                                               weight_decay=cfg.weight_decay)}
         self.base_lrs = {"dense": cfg.lr}
@@ -404,20 +427,7 @@ class Trainer:
         self.eval_segment = None
         if switch_on(cfg.compile_eval, auto=compiled):
             self.eval_segment = compiled_segment(self.model)
-
-        self.step = 0
-        self.carry = None
-        self.evaluated_iterations = 0   # reader iterations whose evaluation has run
-        self.final_evaluation_pending = False   # stopped by SIGTERM on the last step, before its evaluation
-        self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0; False:
-                                        # voting cannot read the build)
-        self.diagnostics_failed = False  # rank 0's visit alignment failed once: not tried again
-        # A W&B run of its own (a fresh run, a branch), unless _resume continues the run's
-        self.wandb_id, self.continues_wandb_run = new_wandb_run_id(self.run_name), False
-        if cfg.resume:
-            return self._resume()
-        self._check_fresh_folder()
-        return None
+        return self.optimizers
 
     def _hold_run_folder(self) -> None:
         """Rank 0 takes the run folder (hrm/run_lock.py) before anything in it is read or written:
@@ -463,7 +473,7 @@ class Trainer:
         def check_resumable(saved_config: dict, saved_data: dict | None) -> None:
             check_same_arch(saved_config, cfg, ckpt)
             check_same_data(saved_config, saved_data, cfg, self.data_identity, ckpt)
-        state = load_checkpoint(ckpt, model=self.model, optimizers=self.optimizers, info=info,
+        state = load_checkpoint(ckpt, model=self.model, optimizers=self._build_optimizers, info=info,
                                 check_config=check_resumable)
         self.step, self.carry = state["step"], state["carry"]
         if state["world_size"] != info.world_size:

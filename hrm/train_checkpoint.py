@@ -24,6 +24,7 @@ import shutil
 import socket
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -437,14 +438,15 @@ def previous_checkpoint_hint(step_dir: str | Path, option: str = "resume",
     return f"; {suggested(option, step_dir.parent / earlier[-1])} {does} the previous checkpoint" if earlier else ""
 
 
-def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: DistInfo,
+def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict | Callable[[], dict], info: DistInfo,
                     check_config=None) -> dict:
     """Restore model, optimizers and this rank's RNG; returns {"step", "reader", "carry", "config",
     "evaluated_iterations" (None in checkpoints that predate it), "final_evaluation_pending" (False
     in those), "run_name" and "wandb_id" (None in those), "world_size" (the saving run's)}.
     `check_config(saved_config, saved_data)` runs before anything is restored (the weights can be
     GBs) and may refuse the checkpoint; `saved_data` is the build identity (None in checkpoints
-    that predate it).
+    that predate it). `optimizers` may be a function that builds them, called once `check_config`
+    has accepted the checkpoint (a refused resume then does not wait for their construction).
 
     The carry is restored only when the world size is unchanged (each rank's rows in flight are
     its own); otherwise every rank starts from a fresh carry. A file that cannot be read is named,
@@ -460,6 +462,8 @@ def load_checkpoint(step_dir: str | Path, *, model, optimizers: dict, info: Dist
         raise CheckpointError(f"{step_dir / 'trainer.pt'}: not a {FORMAT} checkpoint")
     if check_config is not None:
         check_config(trainer["config"], recorded_build(trainer.get("data"), step_dir / "trainer.pt"))
+    if callable(optimizers):
+        optimizers = optimizers()
     weights = read_torch_file(step_dir / "model.pt", hint)
     load_state_strict(model, weights["state"])
     if set(trainer["optimizers"]) != set(optimizers):

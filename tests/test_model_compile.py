@@ -12,7 +12,10 @@ from hrm.config import ArchConfig
 from hrm.loss import ACTLossHead
 from hrm.model import HRM
 
-BASE = dict(hidden_size=32, num_heads=2, expansion=2, H_layers=2, L_layers=1, H_cycles=2, L_cycles=2,
+# The fewest calls that still trace every branch of HRM.segment (tracing time grows with them):
+# H_cycles=2, L_cycles=1 runs the no-grad L and H calls of the first H cycle, the `break` of the
+# last, and the final L and H calls; H_layers=2 keeps a block before the last under `first_only`.
+BASE = dict(hidden_size=32, num_heads=2, expansion=2, H_layers=2, L_layers=1, H_cycles=2, L_cycles=1,
             halt_max_steps=3, halt_exploration_prob=0.1, puzzle_emb_ndim=32, scaling={"rule": "deeploop"})
 
 

@@ -645,11 +645,16 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
-def train_as_pretrain(cmd: list[str]) -> Trainer:
+def train_as_pretrain(cmd: list[str], evaluated: bool = True) -> Trainer:
     """The run `cmd` (a pretrain_cmd) makes, trained in this process: its overrides composed as
-    pretrain.py composes them, without a child's start-up (seconds of imports). Call under one_thread."""
+    pretrain.py composes them, without a child's start-up (seconds of imports). Call under one_thread.
+    `evaluated=False` skips the evaluations (each a pass over the test split) of a run whose
+    evaluations no assertion reads; they come after the steps they would follow, so the losses,
+    weights and checkpoints compared are the same."""
     assert cmd[1] == str(ROOT / "pretrain.py")
     trainer = Trainer(PretrainConfig(**compose(*cmd[2:])), CPU, progress=False)
+    if not evaluated:
+        trainer.run_evaluation = dict
     trainer.fit()
     return trainer
 
@@ -673,14 +678,14 @@ def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
     with ThreadPoolExecutor(1) as pool, one_thread():
         killed = pool.submit(killed_after_step_4)
         # here, in the main thread: fit sets its SIGTERM handler, which only the main thread may
-        train_as_pretrain(pretrain_cmd(small_build, straight, "max_steps=6"))
+        train_as_pretrain(pretrain_cmd(small_build, straight, "max_steps=6"), evaluated=False)
         killed.result()
     expected = losses_by_step(straight)
     assert sorted(expected) == list(range(1, 7))
     assert (run / "step_4").is_dir() and not (run / "step_6").exists(), "kill came too late to test resume"
     with one_thread():
         resumed = train_as_pretrain(pretrain_cmd(small_build, run, "max_steps=6", "checkpoint_interval=2",
-                                                 "resume=latest"))
+                                                 "resume=latest"), evaluated=False)
     assert resumed.history[0][0] > 1                    # it continued the killed run's checkpoint
     assert losses_by_step(run) == expected  # identical floats, step for step
 
@@ -978,7 +983,7 @@ def test_two_gloo_ranks_agree_with_each_other_and_with_one_process(small_build, 
         return [arg for arg in cmd if arg != "eval_save_predictions=false"] + evaluated
     # the one-process runs train here (the ranks' processes, one thread each, are what is compared with)
     with one_thread():
-        train_as_pretrain(pretrain_cmd(small_build, one, *no_explore))
+        train_as_pretrain(pretrain_cmd(small_build, one, *no_explore), evaluated=False)   # its weights, losses
         train_as_pretrain(saving_predictions(pretrain_cmd(small_build, accum, *no_explore, "grad_accum_steps=2")))
     worker = ROOT / "tests" / "dist_worker.py"
     # the ranks of one gloo group, started as torchrun starts them (run_ranks: without torchrun's own start-up)
