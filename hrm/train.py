@@ -325,29 +325,25 @@ class Trainer:
         # The run's newest checkpoint, continued in its folder, already holds this state: the loop
         # need not write it again (a finished run resumed, a stop during the evaluation it runs first)
         self.saved_step = None
-        if (resumed_from is not None and resumed_from.parent.resolve() == self.run_dir.resolve()
-                and (cfg.resume in ("latest", "auto") or Path(cfg.resume).resolve() == self.run_dir.resolve())):
+        if self.continues_own_run and (cfg.resume in ("latest", "auto")
+                                       or Path(cfg.resume).resolve() == self.run_dir.resolve()):
             self.saved_step = self.step
         self.resolved_config = cfg.model_dump(mode="json", by_alias=True)  # logged, saved in checkpoints
         self.log = None
-
-        # The log goes on only where the run goes on: a resume of this folder's own checkpoint. A
-        # fresh start (resume=auto with nothing to resume too) or a branch begins a log of its own.
-        continues_log = resumed_from is not None and resumed_from.parent.resolve() == self.run_dir.resolve()
 
         def open_run() -> None:
             if not info.is_main:
                 return
             self._tell_start(resumed_from)
-            if not continues_log:
+            if not self.continues_own_run:   # a fresh start (resume=auto with nothing to resume too), a branch
                 self._keep_earlier_log()
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(self.resolved_config, sort_keys=False))
             try:
                 self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name,
                                   config=self.resolved_config, wandb_mode=self.wandb_mode, entity=cfg.wandb.entity,
-                                  append=continues_log, wandb_id=self.wandb_id,
-                                  continue_wandb_run=self.continues_wandb_run)
+                                  append=self.continues_own_run, wandb_id=self.wandb_id,
+                                  continue_wandb_run=self.continues_own_run)
             except (ValueError, OSError):
                 raise
             except Exception as e:
@@ -398,8 +394,8 @@ class Trainer:
         self._vote_split = None         # the build's test tasks and answers, for pass@K (rank 0; False:
                                         # voting cannot read the build)
         self.diagnostics_failed = False  # rank 0's visit alignment failed once: not tried again
-        # A W&B run of its own (a fresh run, a branch), unless _resume continues the run's
-        self.wandb_id, self.continues_wandb_run = new_wandb_run_id(self.run_name), False
+        # A log and a W&B run of its own (a fresh run, a branch), unless _resume continues the run's
+        self.wandb_id, self.continues_own_run = new_wandb_run_id(self.run_name), False
         if cfg.resume:
             return self._resume()
         self._check_fresh_folder()
@@ -487,10 +483,10 @@ class Trainer:
             self.run_name = state["run_name"]
         if ckpt.parent.resolve() == self.run_dir.resolve():
             # the run's own checkpoint (resume=latest or auto, its folder or a step of it, a requeue):
-            # its W&B run goes on; a checkpoint that predates the recorded id keeps the id of the
+            # its log and W&B run go on; a checkpoint that predates the recorded id keeps the id of the
             # name it started with (this start may give another run_name)
             self.wandb_id = state["wandb_id"] or wandb_run_id(state["run_name"] or self.run_name)
-            self.continues_wandb_run = True
+            self.continues_own_run = True
         # torch's load_state_dict brings back the saved groups' settings too; this run's config
         # says what they are now (the lr comes from the schedule at every step)
         settings = {"dense": dict(betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay),
