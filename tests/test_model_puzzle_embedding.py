@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import time
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -86,6 +88,7 @@ def test_no_gradient_rows_outside_training():
 
 
 def _rank_main(rank, world, init_file, out_dir, ids_per_rank, grads_per_rank):
+    torch.set_num_threads(1)    # a forked child keeps out of the parent's OpenMP pool (as DataLoader workers do)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         emb = PuzzleEmbedding(5, 3).train()
@@ -105,7 +108,16 @@ def test_all_gather_across_gloo_ranks(tmp_path):
     ids = [[1, 2], [1, 4]]
     grads = [[torch.tensor([1.0, 1.0, 0.0]), torch.tensor([0.0, -1.0, 1.0])],
              [torch.tensor([-2.0, 0.5, 0.0]), torch.tensor([1.0, 1.0, 1.0])]]
-    mp.spawn(_rank_main, args=(2, str(tmp_path / "init"), str(tmp_path), ids, grads), nprocs=2, join=True)
+    # Two real processes, forked: spawned ones spent seconds importing torch again. A bounded wait, so
+    # that a child stuck after the fork fails the test rather than hanging the suite.
+    ranks = mp.start_processes(_rank_main, args=(2, str(tmp_path / "init"), str(tmp_path), ids, grads), nprocs=2,
+                               join=False, start_method="fork")
+    deadline = time.monotonic() + 120
+    while not ranks.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in ranks.processes:
+                process.kill()
+            pytest.fail("the gloo ranks did not finish in 120 s")
     expected = expected_update(TABLE, ids[0] + ids[1], grads[0] + grads[1], 0.1, 0.5)
     for rank in range(2):
         table = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
@@ -157,8 +169,10 @@ def test_compiled_act_step_is_one_graph_and_matches_eager():
 
     from hrm.loss import ACTLossHead
 
+    # H_cycles=2, L_cycles=1: the fewest calls that still run the segment's no-grad and grad parts
+    # (as test_model_compile.py's; tracing time grows with the calls)
     arch = ArchConfig(hidden_size=32, num_heads=2, expansion=2, H_layers=1, L_layers=1, H_cycles=2,
-                      L_cycles=2, halt_max_steps=2, halt_exploration_prob=0.0, puzzle_emb_ndim=32)
+                      L_cycles=1, halt_max_steps=2, halt_exploration_prob=0.0, puzzle_emb_ndim=32)
     torch.manual_seed(0)
     eager_model = HRM(arch, 12, 8, 9, verbose=False)
     compiled_model = copy.deepcopy(eager_model)

@@ -20,6 +20,8 @@ ARCH = dict(hidden_size=32, num_heads=2, expansion=2, H_layers=1, L_layers=1, H_
             halt_max_steps=2, halt_exploration_prob=0.1, puzzle_emb_ndim=32, pos_encodings="rope")
 
 
+# Tests that evaluate a whole test split use tiny_build (6 rows; small_build's 40 rows are most of a
+# test's time) unless they need more rows than that.
 def write_original_run(small_build, folder, num_ids=None):
     meta = json.loads((small_build / "test" / "dataset.json").read_text())
     weights = random_original_weights(ARCH, 12, 900, num_ids or meta["num_puzzle_identifiers"], seed=4)
@@ -34,44 +36,46 @@ def read(folder):
         return {k: f[k] for k in f.files}
 
 
-def test_original_and_our_checkpoints_predict_the_same(small_build, tmp_path, capsys):
-    original = write_original_run(small_build, tmp_path / "orig")
-    assert predict.main([f"checkpoint={original}", "batch_size=16"]) == 0
+def test_original_and_our_checkpoints_predict_the_same(tiny_build, tmp_path, capsys):
+    # batches of 4: a full one, then one padded (the tiny build's 6 test rows); of 3, none padded
+    original = write_original_run(tiny_build, tmp_path / "orig")
+    assert predict.main([f"checkpoint={original}", "batch_size=4"]) == 0
     from_original = tmp_path / "orig" / "predictions" / "step_1234"
     info = json.loads((from_original / "info.json").read_text())
-    assert info["step"] == 1234 and info["data_path"] == str(small_build.resolve())
+    assert info["step"] == 1234 and info["data_path"] == str(tiny_build.resolve())
 
     model = load_original_checkpoint(str(original), seq_len=900)
     ours = tmp_path / "ours" / "step_7"
     save_model(str(ours / "model.pt"), model, extra={"step": 7})
     out = tmp_path / "ours-preds"
-    assert predict.main([f"checkpoint={ours}", f"data_path={small_build}", f"output_dir={out}", "batch_size=16"]) == 0
+    assert predict.main([f"checkpoint={ours}", f"data_path={tiny_build}", f"output_dir={out}", "batch_size=4"]) == 0
     a, b = read(from_original), read(out)
     assert a.keys() == b.keys() == {"puzzle_identifiers", "inputs", "preds", "q_halt_logits"}
     for key in a:
         assert np.array_equal(a[key], b[key]), key
     # the metrics said are the model's, whatever the batch (none that scores the padding rows)
     said = [line for line in capsys.readouterr().out.splitlines() if " test rows: " in line]
-    assert predict.main([f"checkpoint={ours}", f"data_path={small_build}", f"output_dir={tmp_path / 'b5'}",
-                         "batch_size=5"]) == 0
+    assert predict.main([f"checkpoint={ours}", f"data_path={tiny_build}", f"output_dir={tmp_path / 'b3'}",
+                         "batch_size=3"]) == 0
     said += [line for line in capsys.readouterr().out.splitlines() if " test rows: " in line]
     assert len(said) == 3 and len(set(said)) == 1 and "q_halt_loss" not in said[0], said
 
     # against the model's evaluation forward on the raw test rows (no reader, no padding)
-    inputs = np.load(small_build / "test" / "all__inputs.npy")
-    puzzle_ids = np.repeat(np.load(small_build / "test" / "all__puzzle_identifiers.npy"),
-                           np.diff(np.load(small_build / "test" / "all__puzzle_indices.npy")))
+    inputs = np.load(tiny_build / "test" / "all__inputs.npy")
+    puzzle_ids = np.repeat(np.load(tiny_build / "test" / "all__puzzle_identifiers.npy"),
+                           np.diff(np.load(tiny_build / "test" / "all__puzzle_indices.npy")))
     real = a["puzzle_identifiers"] != 0
-    assert real.sum() == len(inputs) and np.array_equal(a["inputs"][real], inputs)
+    n = len(inputs)
+    assert real.sum() == n and n % 4 and np.array_equal(a["inputs"][real], inputs)
     with torch.no_grad():
-        out = model.predict({"inputs": torch.from_numpy(inputs[:16]).int(),
-                             "puzzle_identifiers": torch.from_numpy(puzzle_ids[:16]).int()})
-    assert np.array_equal(a["preds"][:16], out["preds"].numpy().astype(np.uint8))
-    np.testing.assert_allclose(a["q_halt_logits"][:16], out["q_halt_logits"].numpy(), rtol=1e-5, atol=1e-6)
+        out = model.predict({"inputs": torch.from_numpy(inputs).int(),
+                             "puzzle_identifiers": torch.from_numpy(puzzle_ids).int()})
+    assert np.array_equal(a["preds"][:n], out["preds"].numpy().astype(np.uint8))
+    np.testing.assert_allclose(a["q_halt_logits"][:n], out["q_halt_logits"].numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_an_original_checkpoint_named_without_a_step_number_has_no_step(small_build, tmp_path):
-    original = write_original_run(small_build, tmp_path / "orig")
+def test_an_original_checkpoint_named_without_a_step_number_has_no_step(tiny_build, tmp_path):
+    original = write_original_run(tiny_build, tmp_path / "orig")
     renamed = original.rename(original.with_name("step_\u00b2"))      # isdigit() yet no number: int() refuses it
     assert predict.main([f"checkpoint={renamed}", "batch_size=16"]) == 0
     assert json.loads((tmp_path / "orig" / "predictions" / renamed.name / "info.json").read_text())["step"] is None
@@ -102,7 +106,7 @@ def test_checkpoint_that_does_not_fit_the_build_is_refused(small_build, tmp_path
     assert predict.main(["checkpoint"]) == 2
 
 
-def test_a_model_without_puzzle_embedding_evaluates_any_build_of_its_shape(small_build, tmp_path, capsys):
+def test_a_model_without_puzzle_embedding_evaluates_any_build_of_its_shape(tiny_build, tmp_path, capsys):
     """puzzle_emb_ndim=0: no weight belongs to a puzzle, so a build other than the training one (its
     identifier count and names differ) is evaluated, not refused for a table the model lacks; the
     predictions are the model's own on that build's rows."""
@@ -114,18 +118,19 @@ def test_a_model_without_puzzle_embedding_evaluates_any_build_of_its_shape(small
     save_model(str(step / "model.pt"), model, extra={"step": 3, "data": {"identifiers_sha256": "0" * 64,
                                                                           "digest": None}})
     out = tmp_path / "preds"
-    assert predict.main([f"checkpoint={step}", f"data_path={small_build}", f"output_dir={out}",
+    assert predict.main([f"checkpoint={step}", f"data_path={tiny_build}", f"output_dir={out}",
                          "batch_size=16"]) == 0, capsys.readouterr().err
     a = read(out)
-    inputs = np.load(small_build / "test" / "all__inputs.npy")
+    inputs = np.load(tiny_build / "test" / "all__inputs.npy")
+    n = len(inputs)     # every row (a padding row follows them)
     with torch.no_grad():
-        own = model.predict({"inputs": torch.from_numpy(inputs[:16]).int(),
-                             "puzzle_identifiers": torch.from_numpy(a["puzzle_identifiers"][:16])})
-    assert np.array_equal(a["preds"][:16], own["preds"].numpy().astype(np.uint8))
+        own = model.predict({"inputs": torch.from_numpy(inputs).int(),
+                             "puzzle_identifiers": torch.from_numpy(a["puzzle_identifiers"][:n])})
+    assert np.array_equal(a["preds"][:n], own["preds"].numpy().astype(np.uint8))
     # with a table, the same mismatch is refused (its rows would belong to other puzzles)
     with_table = HRM(ArchConfig(**ARCH), 12, 900, 5, verbose=False)
     save_model(str(step / "model.pt"), with_table, extra={"step": 3})
-    assert predict.main([f"checkpoint={step}", f"data_path={small_build}", f"output_dir={out}"]) == 2
+    assert predict.main([f"checkpoint={step}", f"data_path={tiny_build}", f"output_dir={out}"]) == 2
     assert "puzzle-embedding table has 5 rows" in capsys.readouterr().err
 
 
@@ -284,19 +289,19 @@ def test_a_broken_all_config_beside_an_original_checkpoint_is_named(text, said, 
     assert f"{config_file}: {said}" in one_line_error(capsys)
 
 
-def test_a_relative_data_path_of_training_is_found_from_another_directory(small_build, tmp_path, monkeypatch,
+def test_a_relative_data_path_of_training_is_found_from_another_directory(tiny_build, tmp_path, monkeypatch,
                                                                            capsys):
     from hrm.distributed import DistInfo
     from hrm.train import Trainer
     from tests.test_train import micro_config
-    monkeypatch.chdir(small_build.parent)       # train with data_path relative to here, as users do
-    Trainer(micro_config(Path(small_build.name), tmp_path / "run", max_steps=1, eval_save_predictions=False),
+    monkeypatch.chdir(tiny_build.parent)       # train with data_path relative to here, as users do
+    Trainer(micro_config(Path(tiny_build.name), tmp_path / "run", max_steps=1, eval_save_predictions=False),
             DistInfo(0, 1, 0, torch.device("cpu")), progress=False).fit()
     monkeypatch.chdir(tmp_path)                 # then predict from somewhere else
-    assert not Path(small_build.name).exists()
+    assert not Path(tiny_build.name).exists()
     assert predict.main([f"checkpoint={tmp_path / 'run' / 'step_1'}", "batch_size=16"]) == 0
     info = json.loads((tmp_path / "run" / "predictions" / "step_1" / "info.json").read_text())
-    assert info["data_path"] == str(small_build.resolve())
+    assert info["data_path"] == str(tiny_build.resolve())
     # run again: the default folder now holds predictions (training's, as a rule; here the first
     # run's, which info.json names), replaced with a word
     assert "note:" not in capsys.readouterr().out
@@ -306,7 +311,7 @@ def test_a_relative_data_path_of_training_is_found_from_another_directory(small_
             ) in capsys.readouterr().out
 
 
-def test_a_relative_data_path_naming_another_build_here_is_not_taken_for_the_training_one(small_build, tmp_path,
+def test_a_relative_data_path_naming_another_build_here_is_not_taken_for_the_training_one(tiny_build, tmp_path,
                                                                                            monkeypatch):
     """Predicting from another project folder that holds its own build under the same relative name
     (another --seed, another num_aug): the build training read is still there, by its absolute path,
@@ -315,17 +320,17 @@ def test_a_relative_data_path_naming_another_build_here_is_not_taken_for_the_tra
     from hrm.distributed import DistInfo
     from hrm.train import Trainer
     from tests.test_train import micro_config
-    monkeypatch.chdir(small_build.parent)
-    Trainer(micro_config(Path(small_build.name), tmp_path / "run", max_steps=1, eval_save_predictions=False),
+    monkeypatch.chdir(tiny_build.parent)
+    Trainer(micro_config(Path(tiny_build.name), tmp_path / "run", max_steps=1, eval_save_predictions=False),
             DistInfo(0, 1, 0, torch.device("cpu")), progress=False).fit()
     elsewhere = tmp_path / "other-project"
-    other = Path(shutil.copytree(small_build, elsewhere / small_build.name))
+    other = Path(shutil.copytree(tiny_build, elsewhere / tiny_build.name))
     names = json.loads((other / "identifiers.json").read_text())
     (other / "identifiers.json").write_text(json.dumps(names[:1] + names[:0:-1]))   # other puzzle names
     monkeypatch.chdir(elsewhere)
     assert predict.main([f"checkpoint={tmp_path / 'run' / 'step_1'}", "batch_size=16"]) == 0
     info = json.loads((tmp_path / "run" / "predictions" / "step_1" / "info.json").read_text())
-    assert info["data_path"] == str(small_build.resolve())
+    assert info["data_path"] == str(tiny_build.resolve())
 
 
 def test_a_recorded_build_that_is_not_there_says_where_it_came_from(small_build, tmp_path, capsys):
@@ -347,36 +352,36 @@ def test_a_recorded_build_that_is_not_there_says_where_it_came_from(small_build,
     assert str(tmp_path / "moved") in err and "recorded with checkpoint" not in err
 
 
-def test_a_build_other_than_the_training_one_is_refused(small_build, tmp_path, capsys):
+def test_a_build_other_than_the_training_one_is_refused(tiny_build, tmp_path, capsys):
     """Another --seed gives a build of the same size (the row-count check passes) with other puzzle
     names: our checkpoints record the training build, so predict.py refuses it by name."""
     from arc_data.build import BuildConfig, build
     from hrm.distributed import DistInfo
     from hrm.train import Trainer
     from tests.test_train import micro_config
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, eval_save_predictions=False),
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1, eval_save_predictions=False),
             DistInfo(0, 1, 0, torch.device("cpu")), progress=False).fit()
     capsys.readouterr()     # training's own warnings (its short warmup): not predict.py's words
     other = tmp_path / "seed43"
-    build(BuildConfig(num_aug=4, limit_tasks=8, seed=43, output_dir=str(other)), progress=False)
+    build(BuildConfig(num_aug=2, limit_tasks=2, seed=43, output_dir=str(other)), progress=False)   # as tiny_build
     assert (json.loads((other / "test" / "dataset.json").read_text())["num_puzzle_identifiers"]
-            == json.loads((small_build / "test" / "dataset.json").read_text())["num_puzzle_identifiers"])
+            == json.loads((tiny_build / "test" / "dataset.json").read_text())["num_puzzle_identifiers"])
     step = tmp_path / "run" / "step_1"
     assert predict.main([f"checkpoint={step}", f"data_path={other}", "batch_size=16"]) == 2
     err = one_line_error(capsys)
     assert f"data_path={other} is not the build {step} was trained on: its puzzle names differ" in err
     assert not (tmp_path / "run" / "predictions").exists()
-    assert predict.main([f"checkpoint={step}", f"data_path={small_build}", "batch_size=16"]) == 0
+    assert predict.main([f"checkpoint={step}", f"data_path={tiny_build}", "batch_size=16"]) == 0
 
 
-def test_a_malformed_record_of_the_training_build_is_refused_by_name(small_build, tmp_path, capsys):
+def test_a_malformed_record_of_the_training_build_is_refused_by_name(tiny_build, tmp_path, capsys):
     """A hand-edited checkpoint whose record of its build lacks identifiers_sha256: predict.py and
     resume name the file (they raised KeyError in the build check)."""
     from hrm.distributed import DistInfo
     from hrm.train import Trainer
     from tests.test_train import micro_config
     cpu = DistInfo(0, 1, 0, torch.device("cpu"))
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, eval_save_predictions=False), cpu,
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1, eval_save_predictions=False), cpu,
             progress=False).fit()
     capsys.readouterr()     # training's own warnings (its short warmup): not predict.py's words
     step = tmp_path / "run" / "step_1"
@@ -388,7 +393,7 @@ def test_a_malformed_record_of_the_training_build_is_refused_by_name(small_build
     err = one_line_error(capsys)
     assert f"{step / 'model.pt'}: its record of the build it was trained on ('data') is not" in err
     with pytest.raises(ValueError, match=f"{step / 'trainer.pt'}: its record of the build"):
-        Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest"), cpu, progress=False)
+        Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=2, resume="latest"), cpu, progress=False)
 
 
 def test_compiled_segment_evaluation_is_one_graph_and_matches_eager(tiny_build, tmp_path, monkeypatch):
@@ -540,8 +545,8 @@ def write_run_folder(small_build, tmp_path, steps=(3, 7), latest="step_7") -> Pa
     return run
 
 
-def test_a_run_folder_stands_for_its_latest_checkpoint(small_build, tmp_path, capsys):
-    run = write_run_folder(small_build, tmp_path)
+def test_a_run_folder_stands_for_its_latest_checkpoint(tiny_build, tmp_path, capsys):
+    run = write_run_folder(tiny_build, tmp_path)
     assert predict.main([f"checkpoint={run}", "batch_size=16"]) == 0
     assert f"checkpoint: {run / 'step_7'} (the latest of the run folder {run})" in capsys.readouterr().out
     info = json.loads((run / "predictions" / "step_7" / "info.json").read_text())
@@ -563,10 +568,10 @@ def cut_short(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damaged", ["model.pt", "trainer.pt"])
-def test_a_truncated_checkpoint_file_points_to_the_previous_step(damaged, small_build, tmp_path, capsys):
+def test_a_truncated_checkpoint_file_points_to_the_previous_step(damaged, tiny_build, tmp_path, capsys):
     """As resuming does (hrm.train_checkpoint.previous_checkpoint_hint): the step before is named,
     ready to pass, and it evaluates."""
-    run = write_run_folder(small_build, tmp_path)                       # step_3, step_7 (latest)
+    run = write_run_folder(tiny_build, tmp_path)                       # step_3, step_7 (latest)
     cut_short(run / "step_7" / damaged)
     assert predict.main([f"checkpoint={run}", "batch_size=16"]) == 2
     err = one_line_error(capsys)
@@ -618,11 +623,11 @@ def test_a_missing_step_folder_names_the_run_and_its_checkpoints(tmp_path, capsy
     assert "evaluates its newest" not in one_line_error(capsys)
 
 
-def test_a_copy_beside_the_step_folders_is_not_a_checkpoint(small_build, tmp_path, capsys):
+def test_a_copy_beside_the_step_folders_is_not_a_checkpoint(tiny_build, tmp_path, capsys):
     """`cp -r step_7 step_7.bak` in a run folder: step_7 still evaluates (the previous-checkpoint
     hint lists the run's step_<N> folders only), and the run folder still means step_7."""
     import shutil
-    run = write_run_folder(small_build, tmp_path, latest=None)
+    run = write_run_folder(tiny_build, tmp_path, latest=None)
     shutil.copytree(run / "step_7", run / "step_7.bak")
     shutil.copytree(run / "step_7", run / "step_best")
     shutil.copytree(run / "step_7", run / "step_\u00b2")        # isdigit() yet no number: int() refuses it
@@ -642,11 +647,11 @@ def test_under_torchrun_a_refusal_is_said_once(tmp_path):
     assert run.stderr.count(f"predict.py: error: checkpoint {tmp_path / 'nowhere'}: no such file") == 1, run.stderr[-3000:]
 
 
-def test_a_save_left_unrenamed_predicts_into_its_steps_folder(small_build, tmp_path, capsys):
+def test_a_save_left_unrenamed_predicts_into_its_steps_folder(tiny_build, tmp_path, capsys):
     """A step saved again and killed between its renames leaves `.step_7.tmp` (complete) and
     `.step_7.old`: the run folder's latest is that `.tmp`, which is step 7. Its predictions go to
     predictions/step_7, where training's of step 7 go, not to a hidden predictions/.step_7.tmp."""
-    run = write_run_folder(small_build, tmp_path)
+    run = write_run_folder(tiny_build, tmp_path)
     (run / "step_7").rename(run / ".step_7.tmp")
     (run / ".step_7.old").mkdir()
     assert predict.main([f"checkpoint={run}", "batch_size=16"]) == 0

@@ -171,14 +171,14 @@ def test_a_run_continued_in_its_folder_keeps_its_project(small_build, tmp_path):
     assert merged["project_name"] == "new"
 
 
-def test_a_sweep_resumed_with_its_runs_settings_passes_the_sweep_check(small_build, tmp_path):
+def test_a_sweep_resumed_with_its_runs_settings_passes_the_sweep_check(tiny_build, tmp_path):
     """`-m resume=latest checkpoint_path=<sweep> lr=...` from a folder without the config files'
     build: the check of every job validates each job as it will run, with its checkpoint's settings
     (it refused `data_path: not a build` for the config files' data/arc-aug-1000), as a single
     `resume=` run does."""
     sweep = tmp_path / "sweep"
     for lr in ("0.001", "0.002"):
-        Trainer(micro_config(small_build, sweep / f"lr={lr}", lr=float(lr), max_steps=1, eval_save_predictions=False),
+        Trainer(micro_config(tiny_build, sweep / f"lr={lr}", lr=float(lr), max_steps=1, eval_save_predictions=False),
                 CPU, progress=False).fit()
     env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1", WORLD_SIZE="1")
     run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), "-m", "resume=latest",
@@ -189,7 +189,7 @@ def test_a_sweep_resumed_with_its_runs_settings_passes_the_sweep_check(small_bui
         run.stdout
 
 
-def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, tmp_path):
+def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(tiny_build, tmp_path):
     """`pretrain.py resume=<run folder> max_steps=3` from another directory: the micro arch, build,
     batch and schedule are the run's (the config files' hrm_v1 defaults would be refused), max_steps
     is the command line's. And `resume=<run>/step_<N>` alone, step_<N> removed by keep_checkpoints
@@ -197,7 +197,7 @@ def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, t
     README says, rather than refusing the config files' data_path that stood in for the run's
     (nothing to take it from)."""
     run = tmp_path / "run"
-    Trainer(micro_config(small_build, run, max_steps=2, eval_save_predictions=False), CPU, progress=False).fit()
+    Trainer(micro_config(tiny_build, run, max_steps=2, eval_save_predictions=False), CPU, progress=False).fit()
     other = tmp_path / "other"      # another run's folder, for the refusal: `run` gets step_3 meanwhile
     (other / "step_1").mkdir(parents=True)
     (other / "step_1" / "trainer.pt").write_bytes(b"")
@@ -215,7 +215,7 @@ def test_pretrain_resume_of_a_run_folder_alone_continues_that_run(small_build, t
     assert (f"resume: settings the command line does not give are the run's own, saved in {run / 'step_2'}: "
             f"arch.name=micro arch.hidden_size=16 arch.num_heads=1 arch.expansion=2.0 arch.H_layers=1 "
             f"arch.L_layers=1 arch.halt_max_steps=2 arch.puzzle_emb_ndim=16 arch.scaling.rule=deeploop, "
-            f"data_path={small_build}, global_batch_size=8") in resumed.stderr, resumed.stderr
+            f"data_path={tiny_build}, global_batch_size=8") in resumed.stderr, resumed.stderr
     assert sorted(losses_by_step(run)) == [1, 2, 3]
     config = yaml.safe_load((run / "all_config.yaml").read_text())
     assert (config["arch"]["hidden_size"], config["max_steps"], config["seed"]) == (MICRO_ARCH["hidden_size"], 3, 3)

@@ -235,11 +235,11 @@ def test_loss_falls_and_evaluation_writes_predictions(small_build, tmp_path):
     assert trainer_state["scaling"]["L"]["alpha"] == pytest.approx(math.sqrt(6))
 
 
-def test_a_fresh_run_refuses_a_folder_with_checkpoints(small_build, tmp_path):
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+def test_a_fresh_run_refuses_a_folder_with_checkpoints(tiny_build, tmp_path):
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
     with pytest.raises(ValueError, match="already holds checkpoints .step_1.; pass resume=latest"):
-        Trainer(micro_config(small_build, tmp_path / "run", max_steps=2), CPU, progress=False)
-    resumed = Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
+        Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=2), CPU, progress=False)
+    resumed = Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
     assert resumed.step == 1
 
 
@@ -262,19 +262,19 @@ def test_a_run_folder_in_use_by_another_training_is_refused_until_it_ends(tiny_b
                    progress=False).step == 2
 
 
-def test_a_resume_of_a_run_in_progress_is_refused_before_reading_its_checkpoint(small_build, tmp_path,
+def test_a_resume_of_a_run_in_progress_is_refused_before_reading_its_checkpoint(tiny_build, tmp_path,
                                                                                   monkeypatch):
     """A requeued job while the first still trains: refused as in use before the checkpoint is read
     (the live run may be pruning it, which would surface as a damaged file instead)."""
     import hrm.train
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
-    live = Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    live = Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
 
     def pruned(*args, **kwargs):
         raise FileNotFoundError("step_1/model.pt vanished")
     monkeypatch.setattr(hrm.train, "load_checkpoint", pruned)
     with pytest.raises(ValueError, match="is in use"):
-        Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
+        Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=2, resume="latest"), CPU, progress=False)
     assert live.run_lock is not None
 
 
@@ -293,7 +293,7 @@ def test_a_requeue_of_a_run_that_has_not_saved_yet_is_refused_as_in_use(small_bu
     assert not (tmp_path / "new").exists()
 
 
-def test_a_start_that_fails_after_its_checks_frees_the_run_folder(small_build, tmp_path, monkeypatch):
+def test_a_start_that_fails_after_its_checks_frees_the_run_folder(tiny_build, tmp_path, monkeypatch):
     """The log (W&B, say) failing to open after every check passed: an in-process caller that
     catches the error can start the run again; the folder is not left held."""
     import hrm.train
@@ -304,9 +304,9 @@ def test_a_start_that_fails_after_its_checks_frees_the_run_folder(small_build, t
         patch.setattr(hrm.train, "RunLog", unreachable)
         # refused as every rank's start-up checks are (test_a_run_that_rank_zero_cannot_open_...)
         with pytest.raises(ValueError, match="network unreachable") as failed:   # kept, as a caller's handler
-            Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False)
+            Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False)
     assert isinstance(failed.value.__cause__, OSError)
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
     assert failed.traceback     # the failed Trainer was still referenced (by its frames) throughout
 
 
@@ -324,42 +324,42 @@ def test_a_run_folder_blocked_by_a_file_is_refused_at_start_up(small_build, tmp_
                 progress=False)
 
 
-def test_a_run_folder_that_cannot_be_written_is_refused_at_start_up(small_build, tmp_path):
+def test_a_run_folder_that_cannot_be_written_is_refused_at_start_up(tiny_build, tmp_path):
     """A read-only run folder (or parent, or log.jsonl): a start-up refusal naming it (exit 2 in
     pretrain.py), not a traceback at the first save after hours of steps; the folder stays usable."""
     run = tmp_path / "run"
-    Trainer(micro_config(small_build, run, max_steps=1), CPU, progress=False).fit()
+    Trainer(micro_config(tiny_build, run, max_steps=1), CPU, progress=False).fit()
     refused = f"cannot write into the run folder {run} .*make it writable, or choose another checkpoint_path"
     for unwritable in (run, run / "log.jsonl"):
         with read_only(unwritable):
             with pytest.raises(ValueError, match=refused):
-                Trainer(micro_config(small_build, run, max_steps=2, resume="latest"), CPU, progress=False)
+                Trainer(micro_config(tiny_build, run, max_steps=2, resume="latest"), CPU, progress=False)
     with read_only(tmp_path):
         with pytest.raises(ValueError, match=f"cannot write into the run folder {tmp_path / 'new'}"):
-            Trainer(micro_config(small_build, tmp_path / "new", max_steps=1), CPU, progress=False)
+            Trainer(micro_config(tiny_build, tmp_path / "new", max_steps=1), CPU, progress=False)
     assert not (tmp_path / "new").exists()
-    resumed = Trainer(micro_config(small_build, run, max_steps=2, resume="latest"), CPU, progress=False)
+    resumed = Trainer(micro_config(tiny_build, run, max_steps=2, resume="latest"), CPU, progress=False)
     assert resumed.step == 1 and not list(run.glob(".write_probe*"))
 
 
-def test_a_run_resumed_without_run_name_keeps_the_name_it_started_with(small_build, tmp_path, monkeypatch):
+def test_a_run_resumed_without_run_name_keeps_the_name_it_started_with(tiny_build, tmp_path, monkeypatch):
     """checkpoint_path= without run_name names a run `<arch>-<start time>`, its W&B id: a requeued
     job resuming it keeps that name (one W&B run, not one per requeue); a branch gets its own."""
     import hrm.train
-    first = Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False)
+    first = Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False)
     first.fit()
     monkeypatch.setattr(hrm.train, "default_stamp", lambda info, sweep: "20990101-000000")
     for resume in ("latest", str(tmp_path / "run")):
-        resumed = Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, resume=resume), CPU,
+        resumed = Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1, resume=resume), CPU,
                           progress=False)
         assert resumed.run_name == first.run_name != "micro-20990101-000000"
         resumed.fit()
-    branch = Trainer(micro_config(small_build, tmp_path / "branch", max_steps=2, resume=str(tmp_path / "run")),
+    branch = Trainer(micro_config(tiny_build, tmp_path / "branch", max_steps=2, resume=str(tmp_path / "run")),
                      CPU, progress=False)
     assert branch.run_name.endswith("-20990101-000000")
 
 
-def test_each_run_has_a_wandb_run_of_its_own_which_every_resume_of_it_continues(small_build, tmp_path, monkeypatch):
+def test_each_run_has_a_wandb_run_of_its_own_which_every_resume_of_it_continues(tiny_build, tmp_path, monkeypatch):
     """A fresh run under a name used before (its folder deleted and the ablation run again) was
     given the same W&B id with resume="allow": its history was laid over the old run's in one W&B
     run. Now a fresh run or a branch gets a new id (resume="never"), recorded in its checkpoints;
@@ -379,7 +379,7 @@ def test_each_run_has_a_wandb_run_of_its_own_which_every_resume_of_it_continues(
                                      finish=lambda: None)
     monkeypatch.setattr(wandb, "init", init)
     monkeypatch.chdir(tmp_path)
-    base = micro_config(small_build, tmp_path, checkpoint_path=None, project_name="proj", run_name="ablation,a=1",
+    base = micro_config(tiny_build, tmp_path, checkpoint_path=None, project_name="proj", run_name="ablation,a=1",
                         wandb={"mode": "offline"})
     run = tmp_path / "checkpoints" / "proj" / "ablation,a=1"
 
@@ -418,18 +418,18 @@ def test_each_run_has_a_wandb_run_of_its_own_which_every_resume_of_it_continues(
                                                                                     "allow")
 
 
-def test_a_save_left_unfinished_by_a_kill_is_removed_when_the_run_continues(small_build, tmp_path, capsys):
+def test_a_save_left_unfinished_by_a_kill_is_removed_when_the_run_continues(tiny_build, tmp_path, capsys):
     """SIGKILL (or a second SIGTERM) during a save leaves `.step_<N>.tmp/`, as big as a checkpoint:
     the resumed run ignores it as a checkpoint and removes it, saying so, even when it will never
     save step N again (another checkpoint_interval)."""
     run = tmp_path / "run"
-    Trainer(micro_config(small_build, run, max_steps=1), CPU, progress=False).fit()
+    Trainer(micro_config(tiny_build, run, max_steps=1), CPU, progress=False).fit()
     (run / ".step_5.tmp").mkdir()
     (run / ".step_5.tmp" / "rank_0.pt.tmp").write_bytes(b"cut short")
     (run / ".latest.tmp").write_text("step_5")
     (run / ".step_1.old").mkdir()            # the old copy of a step being saved again
     capsys.readouterr()
-    resumed = Trainer(micro_config(small_build, run, max_steps=2, resume="latest"), CPU, progress=False)
+    resumed = Trainer(micro_config(tiny_build, run, max_steps=2, resume="latest"), CPU, progress=False)
     assert resumed.step == 1
     assert f"removed .step_5.tmp, .step_1.old, .latest.tmp from {run}" in capsys.readouterr().out
     assert sorted(p.name for p in run.iterdir() if p.name.endswith((".tmp", ".old"))) == []
@@ -460,7 +460,7 @@ def test_a_resave_killed_between_its_renames_is_the_newest_checkpoint(tmp_path):
     assert list_checkpoints(run) == [run / "step_1", run / "step_2"] and finish_unrenamed_saves(run) == {}
 
 
-def test_a_run_killed_while_saving_a_step_again_resumes_that_save(small_build, tmp_path, capsys):
+def test_a_run_killed_while_saving_a_step_again_resumes_that_save(tiny_build, tmp_path, capsys):
     """A run resumed with resume=auto before its pending evaluation saves that step again; a kill
     between the save's renames left `.step_2.old` and the new, complete `.step_2.tmp`, and no
     `step_2` (keep_checkpoints=1: no other). The next start takes the run's settings from that save,
@@ -470,7 +470,7 @@ def test_a_run_killed_while_saving_a_step_again_resumes_that_save(small_build, t
     from hrm.resume_settings import checkpoint_to_resume
     from hrm.sweep import fresh_if_nothing_to_resume
     run = tmp_path / "run"
-    Trainer(micro_config(small_build, run, max_steps=2, checkpoint_interval=1, keep_checkpoints=1), CPU,
+    Trainer(micro_config(tiny_build, run, max_steps=2, checkpoint_interval=1, keep_checkpoints=1), CPU,
             progress=False).fit()
     assert sorted(p.name for p in run.glob("*step_*")) == ["step_2"]
     shutil.copytree(run / "step_2", run / ".step_2.tmp")
@@ -480,7 +480,7 @@ def test_a_run_killed_while_saving_a_step_again_resumes_that_save(small_build, t
     torch.save(weights, run / ".step_2.tmp" / "model.pt")
     (run / "step_2").rename(run / ".step_2.old")
 
-    again = micro_config(small_build, run, max_steps=3, resume="auto")
+    again = micro_config(tiny_build, run, max_steps=3, resume="auto")
     assert checkpoint_to_resume(again.model_dump(mode="json", by_alias=True), "") == run / ".step_2.tmp"
     again = fresh_if_nothing_to_resume(again, CPU, "")
     assert again.resume == "latest"
@@ -567,11 +567,11 @@ def test_resume_latest_with_a_checkpoint_path_names_no_other_project(small_build
     assert str(refused.value) == f"resume=latest: no checkpoint under {mine}"
 
 
-def test_resume_from_another_runs_checkpoint_with_a_run_name_starts_a_branch(small_build, tmp_path, monkeypatch):
+def test_resume_from_another_runs_checkpoint_with_a_run_name_starts_a_branch(tiny_build, tmp_path, monkeypatch):
     """`resume=<run A's step> run_name=B`: B continues from A's checkpoint in its own folder; A is
     left as it was (it used to get B's checkpoints and config). A third run is never mixed in."""
     monkeypatch.chdir(tmp_path)
-    base = micro_config(small_build, tmp_path, checkpoint_path=None, project_name="proj")
+    base = micro_config(tiny_build, tmp_path, checkpoint_path=None, project_name="proj")
     Trainer(base.model_copy(update={"run_name": "a", "max_steps": 1}), CPU, progress=False).fit()
     a = tmp_path / "checkpoints" / "proj" / "a"
     before = sorted(p.name for p in a.iterdir())
@@ -791,7 +791,7 @@ def test_a_run_ended_by_max_steps_on_an_iterations_last_batch_is_not_evaluated_t
     assert [step for step, _ in resumed.history] == [6, 7, 8]
 
 
-def test_an_iteration_that_draws_no_batch_evaluates_nothing_again(small_build, tmp_path, monkeypatch):
+def test_an_iteration_that_draws_no_batch_evaluates_nothing_again(tiny_build, tmp_path, monkeypatch):
     """check_some_steps goes by the mean examples per puzzle: an iteration's random draw can fall
     short of one global batch, and yield none. The model is then the one evaluated at the end of the
     iteration before, at the same step: it was evaluated (and logged) there a second time."""
@@ -809,7 +809,7 @@ def test_an_iteration_that_draws_no_batch_evaluates_nothing_again(small_build, t
     monkeypatch.setattr(TrainBatches, "iteration_batches", short(1))
     run = tmp_path / "run"
     settings = {**TWO_ITERATIONS, "epochs": 3, "max_steps": 100}
-    trainer = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    trainer = Trainer(micro_config(tiny_build, run, **settings), CPU, progress=False)
     trainer.fit()
     evaluated = [step for step, _ in eval_records(run)]
     assert len(evaluated) == 2 and evaluated[0] < evaluated[1] == trainer.step, evaluated
@@ -817,9 +817,9 @@ def test_an_iteration_that_draws_no_batch_evaluates_nothing_again(small_build, t
     # the last iteration empty too: resumed, the finished run evaluates nothing again
     monkeypatch.setattr(TrainBatches, "iteration_batches", short(1, 2))
     run = tmp_path / "again"
-    Trainer(micro_config(small_build, run, **settings), CPU, progress=False).fit()
+    Trainer(micro_config(tiny_build, run, **settings), CPU, progress=False).fit()
     assert len(eval_records(run)) == 1
-    Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    Trainer(micro_config(tiny_build, run, resume="latest", **settings), CPU, progress=False).fit()
     assert len(eval_records(run)) == 1
 
 
@@ -869,7 +869,7 @@ def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_s
     assert resumed.history == [(s, loss) for s, loss in history if s > during_step]
 
 
-def test_a_sweep_stops_at_a_sigterm_during_a_jobs_last_save(small_build, tmp_path):
+def test_a_sweep_stops_at_a_sigterm_during_a_jobs_last_save(tiny_build, tmp_path):
     """The job is complete then, but the sweep must not start its next job (the scheduler's SIGKILL
     would cut it): exit 143, naming the sweep's run_name for resume=latest, which continues it."""
     wrapper = tmp_path / "sigterm_in_first_save.py"
@@ -888,7 +888,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """)
     env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
     # one step a job: its first save is its last, after its evaluation
-    cmd = [a.replace("max_steps=3", "max_steps=1") for a in sweep_cmd(small_build, "lr=1e-3,2e-3")]
+    cmd = [a.replace("max_steps=3", "max_steps=1") for a in sweep_cmd(tiny_build, "lr=1e-3,2e-3")]
     run = subprocess.run([cmd[0], str(wrapper), *cmd[2:]], cwd=tmp_path, capture_output=True, text=True,
                          timeout=600, env=env)
     assert run.returncode == 143, run.stderr[-3000:]
@@ -921,29 +921,30 @@ def test_a_sigterm_repeated_at_once_counts_once_and_a_later_one_kills(tmp_path):
         "    time.sleep(0.2)\n"
         "    print('still running, stop requested:', stop.requested)\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    at_once = subprocess.run([sys.executable, str(script), "5"], env=env, capture_output=True, text=True)
+    # both at once: each window is far from the 0.2 s between its signals, so load cannot flip either
+    at_once, later = together(*[lambda window=window: subprocess.run(
+        [sys.executable, str(script), window], env=env, capture_output=True, text=True) for window in ("5", "0.1")])
     assert at_once.returncode == 0 and "stop requested: True" in at_once.stdout, at_once.stderr
-    later = subprocess.run([sys.executable, str(script), "0.1"], env=env, capture_output=True, text=True)
     assert later.returncode == -signal.SIGTERM and "still running" not in later.stdout
 
 
-def test_resume_auto_starts_a_run_and_continues_it_with_the_same_command(small_build, tmp_path, capsys):
+def test_resume_auto_starts_a_run_and_continues_it_with_the_same_command(tiny_build, tmp_path, capsys):
     """A requeued job runs one command: resume=auto starts the named run when it has no checkpoint
     and continues its latest when it has (pretrain.py passes it through fresh_if_nothing_to_resume);
     without a run name it is refused (nothing to find)."""
     from hrm.sweep import fresh_if_nothing_to_resume
     run = tmp_path / "run"
-    first = fresh_if_nothing_to_resume(micro_config(small_build, run, max_steps=2, resume="auto"), CPU, "")
+    first = fresh_if_nothing_to_resume(micro_config(tiny_build, run, max_steps=2, resume="auto"), CPU, "")
     assert first.resume is None and f"nothing to resume in {run}: the run starts afresh" in capsys.readouterr().out
     Trainer(first, CPU, progress=False).fit()
-    again = fresh_if_nothing_to_resume(micro_config(small_build, run, max_steps=4, resume="auto"), CPU, "")
+    again = fresh_if_nothing_to_resume(micro_config(tiny_build, run, max_steps=4, resume="auto"), CPU, "")
     assert again.resume == "latest"
     trainer = Trainer(again, CPU, progress=False)
     assert trainer.step == 2
     trainer.fit()
     assert sorted(losses_by_step(run)) == [1, 2, 3, 4]
     with pytest.raises(ValueError, match="resume=auto needs run_name or checkpoint_path"):
-        micro_config(small_build, run, checkpoint_path=None, resume="auto")
+        micro_config(tiny_build, run, checkpoint_path=None, resume="auto")
 
 
 def test_a_fresh_start_keeps_the_log_of_an_earlier_start_that_left_no_checkpoint(small_build, tmp_path, capsys):
@@ -1083,10 +1084,10 @@ def test_grad_norm_is_the_unclipped_norm_and_grad_clip_bounds_what_the_optimizer
     assert seen[1e-3] == pytest.approx(1e-3, rel=1e-3)
 
 
-def test_visit_alignment_diagnostics_are_logged_and_leave_training_unchanged(small_build, tmp_path):
-    plain = Trainer(micro_config(small_build, tmp_path / "plain", max_steps=3), CPU, progress=False)
+def test_visit_alignment_diagnostics_are_logged_and_leave_training_unchanged(tiny_build, tmp_path):
+    plain = Trainer(micro_config(tiny_build, tmp_path / "plain", max_steps=3), CPU, progress=False)
     plain.fit()
-    cfg = micro_config(small_build, tmp_path / "diag", max_steps=3, diagnostics_interval=2, diagnostics_rows=3)
+    cfg = micro_config(tiny_build, tmp_path / "diag", max_steps=3, diagnostics_interval=2, diagnostics_rows=3)
     diag = Trainer(cfg, CPU, progress=False)
     diag.fit()
     assert diag.history == plain.history                      # the same losses, bit for bit
@@ -1142,10 +1143,10 @@ def test_resume_runs_the_evaluation_a_crash_skipped(crash_step, small_build, two
     assert resumed.history == [(s, loss) for s, loss in history if s > crash_step]
 
 
-def test_a_resumed_carry_takes_the_compute_dtype_of_the_new_run(small_build, tmp_path):
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()   # float32
+def test_a_resumed_carry_takes_the_compute_dtype_of_the_new_run(tiny_build, tmp_path):
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()   # float32
     arch = {**MICRO_ARCH, "forward_dtype": "bfloat16"}    # as a CPU checkpoint resumed on CUDA (auto -> bf16)
-    resumed = Trainer(micro_config(small_build, tmp_path / "run", arch=arch, max_steps=2, resume="latest"), CPU,
+    resumed = Trainer(micro_config(tiny_build, tmp_path / "run", arch=arch, max_steps=2, resume="latest"), CPU,
                       progress=False)
     assert resumed.carry.z_H.dtype == resumed.carry.z_L.dtype == torch.bfloat16
     resumed.train_step(next(resumed.reader.iteration_batches()))
@@ -1181,29 +1182,29 @@ def test_predictions_written_over_rank_files_of_other_names_remove_them(tmp_path
     assert resolve_predictions(str(folder)).files == [folder / "rank_0.npz"]
 
 
-def test_resuming_with_another_architecture_is_refused_naming_the_fields(small_build, tmp_path):
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+def test_resuming_with_another_architecture_is_refused_naming_the_fields(tiny_build, tmp_path):
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
     other = {**MICRO_ARCH, "scaling": {"rule": "none"}, "L_cycles": 3}   # same shapes, another model
     with pytest.raises(ValueError, match=r"another architecture \(arch.L_cycles: 2 in the checkpoint, 3 now, "
                                          r"arch.scaling.rule: 'deeploop' in the checkpoint, 'none' now\); .*"
                                          r"leave arch=<preset> and arch.\* off the command line"):
-        Trainer(micro_config(small_build, tmp_path / "run", arch=other, max_steps=2, resume="latest"), CPU,
+        Trainer(micro_config(tiny_build, tmp_path / "run", arch=other, max_steps=2, resume="latest"), CPU,
                 progress=False)
     renamed = {**MICRO_ARCH, "name": "micro-again"}                      # a label only: fine
-    assert Trainer(micro_config(small_build, tmp_path / "run", arch=renamed, max_steps=2, resume="latest"), CPU,
+    assert Trainer(micro_config(tiny_build, tmp_path / "run", arch=renamed, max_steps=2, resume="latest"), CPU,
                    progress=False).step == 1
     # deeploop's own exponent spelled out (a sweep's p=0.5 job resumed with arch=<preset>): the same model
     spelled = {**MICRO_ARCH, "scaling": {"rule": "deeploop", "p": 0.5}}
-    assert Trainer(micro_config(small_build, tmp_path / "run", arch=spelled, max_steps=2, resume="latest"), CPU,
+    assert Trainer(micro_config(tiny_build, tmp_path / "run", arch=spelled, max_steps=2, resume="latest"), CPU,
                    progress=False).step == 1
     with pytest.raises(ValueError, match=r"arch.scaling.p: None in the checkpoint, 0.45 now, arch.scaling.rule: "
                                          r"'deeploop' in the checkpoint, 'custom' now"):   # another alpha: refused
-        Trainer(micro_config(small_build, tmp_path / "run", arch={**MICRO_ARCH, "scaling": {"rule": "deeploop",
+        Trainer(micro_config(tiny_build, tmp_path / "run", arch={**MICRO_ARCH, "scaling": {"rule": "deeploop",
                                                                                           "p": 0.45}},
                              max_steps=2, resume="latest"), CPU, progress=False)
 
 
-def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(small_build, tmp_path, monkeypatch):
+def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(tiny_build, tmp_path, monkeypatch):
     """A build with another --seed has the same sizes but other puzzle names (each embedding row
     would belong to another puzzle); seed, global batch and eval_interval fix the batch order the
     saved position refers to. Each is refused by its config name, before model.pt is read."""
@@ -1211,9 +1212,10 @@ def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(
 
     import hrm.train_checkpoint as train_checkpoint
     from arc_data.build import BuildConfig, build
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
     other = tmp_path / "seed43"
-    build(BuildConfig(num_aug=4, limit_tasks=8, seed=43, output_dir=str(other)), progress=False)
+    # tiny_build's tasks and augmentations, under another seed
+    build(BuildConfig(num_aug=2, limit_tasks=2, seed=43, output_dir=str(other)), progress=False)
     read = []
     real_read = train_checkpoint.read_torch_file
     monkeypatch.setattr(train_checkpoint, "read_torch_file", lambda path, hint="": read.append(Path(path).name)
@@ -1221,10 +1223,10 @@ def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(
 
     def resume(**overrides):
         read.clear()
-        return Trainer(micro_config(small_build, tmp_path / "run", max_steps=2, resume="latest", **overrides), CPU,
+        return Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=2, resume="latest", **overrides), CPU,
                        progress=False)
     with pytest.raises(ValueError, match=rf"data_path={other} is not the build the run was trained on "
-                                         rf"\({small_build}\): its puzzle names differ"):
+                                         rf"\({tiny_build}\): its puzzle names differ"):
         resume(data_path=str(other))
     assert read == ["trainer.pt"]
     for overrides, named in ((dict(seed=4), "seed: 3 in the checkpoint, 4 now"),
@@ -1236,7 +1238,7 @@ def test_resume_refuses_another_build_or_batch_order_before_reading_the_weights(
         assert read == ["trainer.pt"]
     # same puzzle names, other contents (here: another digest in its manifest)
     copy = tmp_path / "copy"
-    shutil.copytree(small_build, copy)
+    shutil.copytree(tiny_build, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
     (copy / "manifest.json").write_text(json.dumps({**manifest, "digest": "0" * 64}))
     with pytest.raises(ValueError, match="same puzzles, other contents"):
@@ -1277,12 +1279,12 @@ def test_a_rank_that_does_not_see_rank_zeros_step_folder_says_the_run_folder_mus
 
 
 @pytest.mark.parametrize("damage", ["trainer.pt", "model.pt", "rank_0.pt", "no rank_0.pt"])
-def test_a_damaged_checkpoint_is_named_and_the_previous_one_suggested(small_build, tmp_path, damage):
+def test_a_damaged_checkpoint_is_named_and_the_previous_one_suggested(tiny_build, tmp_path, damage):
     """A truncated file of the newest checkpoint, or a rank file gone under an unchanged world size
     (its carry and random state cannot be made up), is an error naming the file and the previous
     checkpoint; from the command line exit 2 without a traceback."""
     run = tmp_path / "run"
-    Trainer(micro_config(small_build, run, max_steps=2, checkpoint_interval=1, keep_checkpoints=0), CPU,
+    Trainer(micro_config(tiny_build, run, max_steps=2, checkpoint_interval=1, keep_checkpoints=0), CPU,
             progress=False).fit()
     name = damage.removeprefix("no ")
     target = run / "step_2" / name
@@ -1294,18 +1296,18 @@ def test_a_damaged_checkpoint_is_named_and_the_previous_one_suggested(small_buil
         expected = str(target)
     hint = f"resume={run / 'step_1'} continues from the previous checkpoint"
     with pytest.raises(ValueError) as raised:
-        Trainer(micro_config(small_build, run, max_steps=3, resume="latest"), CPU, progress=False)
+        Trainer(micro_config(tiny_build, run, max_steps=3, resume="latest"), CPU, progress=False)
     assert str(raised.value).startswith(expected) and str(raised.value).endswith(hint), raised.value
     if damage == "trainer.pt":
         cli = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), "arch=hrm_tiny",
                               *[f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"],
-                              "arch.scaling.rule=deeploop", f"data_path={small_build}", "global_batch_size=8",
+                              "arch.scaling.rule=deeploop", f"data_path={tiny_build}", "global_batch_size=8",
                               "epochs=100", "eval_interval=100", "seed=3", f"checkpoint_path={run}", "resume=latest"],
                              cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ, WANDB_MODE="disabled"))
         assert cli.returncode == 2 and expected in cli.stderr and hint in cli.stderr, cli.stderr[-2000:]
         assert "Traceback" not in cli.stderr
     # the previous checkpoint resumes
-    assert Trainer(micro_config(small_build, run, max_steps=3, resume=str(run / "step_1")), CPU,
+    assert Trainer(micro_config(tiny_build, run, max_steps=3, resume=str(run / "step_1")), CPU,
                    progress=False).step == 1
 
 
@@ -1446,7 +1448,7 @@ def test_a_rank_asks_again_below_a_folder_it_may_not_list(tmp_path, monkeypatch)
     assert _sees(probe)
 
 
-def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_path):
+def test_one_ranks_damaged_checkpoint_file_stops_every_rank(tiny_build, tmp_path):
     """Under torchrun each rank reads its own rank_<r>.pt: when rank 1's is truncated, rank 0 must
     not say "resumed" and go on into a collective rank 1 never reaches; both refuse, naming it.
     The ranks are started as torchrun starts them (run_ranks): every rank's own exit status shows
@@ -1454,8 +1456,8 @@ def test_one_ranks_damaged_checkpoint_file_stops_every_rank(small_build, tmp_pat
     run = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "pretrain.py"), "arch=hrm_tiny",
            *[f"arch.{k}={v}" for k, v in MICRO_ARCH.items() if k != "scaling"], "arch.scaling.rule=deeploop",
-           f"data_path={small_build}", "global_batch_size=8", "epochs=100", "eval_interval=100",
-           "checkpoint_interval=1", "keep_checkpoints=0", f"checkpoint_path={run}"]
+           f"data_path={tiny_build}", "global_batch_size=8", "epochs=100", "eval_interval=100",
+           "checkpoint_interval=1", "keep_checkpoints=0", f"checkpoint_path={run}", "eval_save_predictions=false"]
     env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
     first = run_ranks(cmd + ["max_steps=2"], tmp_path, env, port=29523)
     assert [r.returncode for r in first] == [0, 0], "".join(r.stderr for r in first)[-3000:]
@@ -1625,32 +1627,33 @@ def test_ctrl_c_says_where_the_run_stands(small_build, tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
 
 
-def test_ctrl_c_in_a_sweep_says_how_to_continue_the_sweep(small_build, tmp_path):
+def test_ctrl_c_or_sigterm_in_a_sweep_says_how_to_continue_it(small_build, tiny_build, tmp_path):
     """Ctrl-C in a sweep's job before its first checkpoint: the same command again would be refused
     once an earlier job holds checkpoints (or start a new sweep of default names), so the line names
-    the same sweep with resume=latest, as a SIGTERM's does, not 'run the same command again'."""
-    sweep = tmp_path / "sweep"
-    proc = subprocess.Popen([*pretrain_cmd(small_build, sweep, "lr=1e-3,2e-3", "hydra.sweep.dir=hydra"), "-m"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(ROOT)))
-    log = sweep / "lr=0.001" / "log.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and "train/lm_loss" not in (
-            log.read_text() if log.is_file() else ""):
-        time.sleep(0.1)     # the first job trains, with no checkpoint yet (epochs=100)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
-    assert "before the run's first checkpoint" in err and "run the same command again" not in err
-    assert "run the same sweep with resume=latest to continue it" in err
-
-
-def test_ctrl_c_or_sigterm_between_two_jobs_of_a_sweep_says_how_to_continue_it(tiny_build, tmp_path):
-    """Ctrl-C or SIGTERM outside any job's training (here as Hydra's launcher starts a job: between
+    the same sweep with resume=latest, as a SIGTERM's does, not 'run the same command again'.
+    Ctrl-C or SIGTERM outside any job's training (here as Hydra's launcher starts a job: between
     two jobs, in Hydra's own code): Ctrl-C was Hydra's KeyboardInterrupt traceback, SIGTERM a silent
     death, neither naming the jobs that diverged before nor how to continue the sweep (the run_name
     of default names). Now exit 130 or 143 and one line naming the last job run and the same sweep
-    with resume=latest; before any job ran, 'before training'."""
+    with resume=latest; before any job ran, 'before training'. (The four sweeps run two at a time.)"""
+
+    def ctrl_c_during_a_job() -> tuple[int, str]:
+        sweep = tmp_path / "during" / "sweep"
+        sweep.parent.mkdir()
+        # small_build: its first checkpoint (eval_interval=100 epochs) is thousands of steps away
+        proc = subprocess.Popen([*pretrain_cmd(small_build, sweep, "lr=1e-3,2e-3", "hydra.sweep.dir=hydra"), "-m"],
+                                cwd=sweep.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, WANDB_MODE="disabled", PYTHONPATH=str(ROOT),
+                                         OMP_NUM_THREADS="1"))
+        log = sweep / "lr=0.001" / "log.jsonl"
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and "train/lm_loss" not in (
+                log.read_text() if log.is_file() else ""):
+            time.sleep(0.1)     # the first job trains, with no checkpoint yet (epochs=100)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        return proc.returncode, err
+
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(
@@ -1674,8 +1677,11 @@ def test_ctrl_c_or_sigterm_between_two_jobs_of_a_sweep_says_how_to_continue_it(t
                              timeout=300, env=env)
         assert "Traceback" not in run.stderr, run.stderr[-3000:]
         return run, cwd / "checkpoints" / "sweep"
-    [(ctrl_c, ctrl_c_runs), (sigterm, sigterm_runs), (first, first_runs)] = together(
-        lambda: sweep(1, "SIGINT"), lambda: sweep(1, "SIGTERM"), lambda: sweep(0, "SIGINT"))
+    [(during, during_err), (ctrl_c, ctrl_c_runs), (sigterm, sigterm_runs), (first, first_runs)] = together(
+        ctrl_c_during_a_job, lambda: sweep(1, "SIGINT"), lambda: sweep(1, "SIGTERM"), lambda: sweep(0, "SIGINT"))
+    assert during == 130, during_err[-3000:]
+    assert "before the run's first checkpoint" in during_err and "run the same command again" not in during_err
+    assert "run the same sweep with resume=latest to continue it" in during_err
     for run, runs, code, said in ((ctrl_c, ctrl_c_runs, 130, "interrupted"), (sigterm, sigterm_runs, 143,
                                                                                "stopped by SIGTERM")):
         assert run.returncode == code, run.stderr[-3000:]
@@ -1749,8 +1755,8 @@ def test_suggested_resume_of_a_sweep_run_parses_as_that_path(tmp_path, capsys):
     assert said.rstrip().endswith(f"quote it for Hydra (and the shell): {quoted}"), said
     pretrain.check_overrides([f'resume="{run}"', "max_steps=5"])   # the quoted form passes
 
-def test_resuming_a_finished_run_says_so(small_build, tmp_path):
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, eval_save_predictions=False), CPU,
+def test_resuming_a_finished_run_says_so(tiny_build, tmp_path):
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1, eval_save_predictions=False), CPU,
             progress=False).fit()
     # resume= alone: the run's own settings (max_steps=1 among them) come from its checkpoint
     again = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), f"resume={tmp_path / 'run'}"], cwd=tmp_path,
@@ -1775,8 +1781,8 @@ def test_a_run_estimated_at_zero_steps_is_refused_before_its_folder_is_made(smal
     assert not (tmp_path / "run").exists()
 
 
-def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
+def test_log_interval_still_logs_the_last_step(tiny_build, small_build, tmp_path):
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=4, log_interval=3), CPU, progress=False).fit()
     assert sorted(losses_by_step(tmp_path / "run")) == [3, 4]
     # a run ended by its epochs (as every full run is: the step estimate is high): seed 4 draws 5
     # batches in its one epoch, estimated at 7 steps; step 5 went unlogged
@@ -1786,7 +1792,7 @@ def test_log_interval_still_logs_the_last_step(small_build, tmp_path):
     assert sorted(losses_by_step(tmp_path / "epochs")) == [2, 4, 5]
 
 
-def test_the_progress_bar_into_a_file_is_redrawn_rarely(small_build, tmp_path, capsys, monkeypatch):
+def test_the_progress_bar_into_a_file_is_redrawn_rarely(tiny_build, tmp_path, capsys, monkeypatch):
     """stderr into a file (a SLURM or nohup log): tqdm redrew the bar up to 10 times a second there,
     each redraw kept (~80 MB a day); now the first and last, and one every 30 s between. On a
     terminal it is still live."""
@@ -1797,7 +1803,7 @@ def test_the_progress_bar_into_a_file_is_redrawn_rarely(small_build, tmp_path, c
         time.sleep(0.15)
         return step(self, batch)
     monkeypatch.setattr(Trainer, "train_step", slow)
-    Trainer(micro_config(small_build, tmp_path / "run", max_steps=4, eval_interval=None), CPU).fit()
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=4, eval_interval=None), CPU).fit()
     assert capsys.readouterr().err.count("train: ") == 2
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     assert hrm.run_log.progress_bar([], file=io.StringIO()).mininterval == 0.1
@@ -1889,34 +1895,35 @@ def check_sweep(run, runs_dir: Path, tmp_path: Path, prefix: str) -> None:
 def test_a_hydra_sweep_names_its_runs_by_the_swept_values_and_survives_a_divergence(tiny_build, tmp_path):
     """`pretrain.py -m ... lr=1e30,1e-3`: each job's default run name ends in its swept value; the
     diverging job is recorded and the sweep goes on, then exits 3; Hydra's sweep record lands
-    under checkpoints/, not in the working directory."""
-    env = dict(os.environ, WANDB_MODE="disabled")
-    run = subprocess.run(sweep_cmd(tiny_build, "lr=1e30,1e-3"), cwd=tmp_path, capture_output=True, text=True,
-                         timeout=600, env=env)
-    check_sweep(run, tmp_path / "checkpoints" / "sweep", tmp_path, prefix="micro-")   # <arch>-<time>-lr=...
-    assert sorted(os.listdir(tmp_path)) == ["checkpoints"]
-
-
-def test_a_sweep_from_a_config_file_with_a_run_name(tiny_build, tmp_path):
-    """The same sweep given in `hydra.sweeper.params` of a config chosen with `--config-name NAME`
-    (a flag whose value is a separate argument) and a fixed run_name: the jobs are still told apart
-    (`<run_name>-lr=...`) and the divergence still does not stop the sweep."""
+    under checkpoints/, not in the working directory.
+    The same sweep given in `hydra.sweeper.params` of a config chosen with `--config-name NAME` (a
+    flag whose value is a separate argument) and a fixed run_name (this was
+    test_a_sweep_from_a_config_file_with_a_run_name): the jobs are still told apart
+    (`<run_name>-lr=...`) and the divergence still does not stop the sweep. The two sweeps run at
+    once, each in a working directory of its own."""
     configs = tmp_path / "cfgs"
     configs.mkdir()
     (configs / "sweep.yaml").write_text("defaults:\n  - cfg_pretrain\n  - _self_\n"
                                         "hydra:\n  sweeper:\n    params:\n      lr: 1e30,1e-3\n")
-    env = dict(os.environ, WANDB_MODE="disabled")
-    run = subprocess.run(sweep_cmd(tiny_build, "--config-dir", str(configs), "--config-name", "sweep",
-                                   "run_name=mine"), cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
-    check_sweep(run, tmp_path / "checkpoints" / "sweep", tmp_path, prefix="mine-lr=")
+    from_file = ["--config-dir", str(configs), "--config-name", "sweep", "run_name=mine"]
+    env = dict(os.environ, WANDB_MODE="disabled", OMP_NUM_THREADS="1")
+    cli, named = tmp_path / "cli", tmp_path / "named"
+
+    def sweep(cwd: Path, *extra: str) -> subprocess.CompletedProcess:
+        cwd.mkdir(exist_ok=True)
+        return subprocess.run(sweep_cmd(tiny_build, *extra), cwd=cwd, capture_output=True, text=True, timeout=600,
+                              env=env)
+    run, run_named = together(lambda: sweep(cli, "lr=1e30,1e-3"), lambda: sweep(named, *from_file))
+    check_sweep(run, cli / "checkpoints" / "sweep", cli, prefix="micro-")   # <arch>-<time>-lr=...
+    assert sorted(os.listdir(cli)) == ["checkpoints"]
+    check_sweep(run_named, named / "checkpoints" / "sweep", named, prefix="mine-lr=")
     # resume=latest over the sweep: the trained job continues its own run; the diverged one never
     # wrote a checkpoint, so it starts afresh (its old record archived) instead of stopping the sweep
     again = subprocess.run([a.replace("max_steps=3", "max_steps=4") for a in
-                            sweep_cmd(tiny_build, "--config-dir", str(configs), "--config-name", "sweep",
-                                      "run_name=mine", "resume=latest")],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+                            sweep_cmd(tiny_build, *from_file, "resume=latest")],
+                           cwd=named, capture_output=True, text=True, timeout=600, env=env)
     assert again.returncode == 3, again.stderr[-3000:]
-    runs = tmp_path / "checkpoints" / "sweep"
+    runs = named / "checkpoints" / "sweep"
     assert (runs / "mine-lr=0.001" / "latest").read_text() == "step_4"
     assert "resumed from" in again.stdout and "this job of the sweep starts afresh" in again.stdout
     assert (runs / "mine-lr=1e+30" / "diverged.json").is_file()                  # diverged again
@@ -2000,7 +2007,7 @@ def test_jobs_that_would_share_a_run_folder_stop_the_sweep_before_it_starts(smal
     assert not (tmp_path / "checkpoints").exists()
 
 
-def test_a_failed_job_of_a_single_process_sweep_is_told_when_it_fails(small_build, tmp_path):
+def test_a_failed_job_of_a_single_process_sweep_is_told_when_it_fails(tiny_build, tmp_path):
     """A job raising an error (out of memory, say; here an injected one at the first step): Hydra
     kept it silent until the sweep's end, then raised the first failed job's alone, so the second
     failure and the diverged job were never told. Each failure is told as it happens and the sweep
@@ -2024,7 +2031,7 @@ def test_a_failed_job_of_a_single_process_sweep_is_told_when_it_fails(small_buil
         "hrm.train.Trainer.train_step, hrm.train.Trainer.save = failing, full\n")
     env = dict(os.environ, WANDB_MODE="disabled",
                PYTHONPATH=os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run(sweep_cmd(small_build, "lr=2e-3,1e30,3e-3,4e-3,5e-3", "run_name=r"), cwd=tmp_path,
+    run = subprocess.run(sweep_cmd(tiny_build, "lr=2e-3,1e30,3e-3,4e-3,5e-3", "run_name=r"), cwd=tmp_path,
                          capture_output=True, text=True, timeout=240, env=env)
     err = run.stderr
     assert run.returncode == 1, err[-3000:]
@@ -2383,14 +2390,14 @@ def a_full_disk(fails_for: str):
     return save
 
 
-def test_a_save_that_fills_the_disk_says_so_and_leaves_the_runs_checkpoints_as_they_were(small_build, tmp_path,
+def test_a_save_that_fills_the_disk_says_so_and_leaves_the_runs_checkpoints_as_they_were(tiny_build, tmp_path,
                                                                                           monkeypatch):
     """A full disk while model.pt is written: one error naming the file and the reason (torch's own
     writer says 'unexpected pos 704 vs 598'), the cut-short `.step_<N>.tmp` removed (its space is
     what the disk lacks), `latest` and the checkpoint it names untouched; the next save works."""
     from hrm.train_checkpoint import CheckpointNotSaved, list_checkpoints
     run = tmp_path / "run"
-    trainer = Trainer(micro_config(small_build, run, max_steps=1, eval_save_predictions=False), CPU, progress=False)
+    trainer = Trainer(micro_config(tiny_build, run, max_steps=1, eval_save_predictions=False), CPU, progress=False)
     trainer.fit()
     before = {p.name: p.read_bytes() for p in (run / "step_1").iterdir()}
     trainer.step = 2
@@ -2407,7 +2414,7 @@ def test_a_save_that_fills_the_disk_says_so_and_leaves_the_runs_checkpoints_as_t
     assert trainer.save() == run / "step_2" and (run / "latest").read_text() == "step_2"
 
 
-def test_a_save_whose_folder_cannot_be_made_on_a_full_disk_says_so(small_build, tmp_path, monkeypatch):
+def test_a_save_whose_folder_cannot_be_made_on_a_full_disk_says_so(tiny_build, tmp_path, monkeypatch):
     """A disk already full refuses the save's `.step_<N>.tmp/` folder itself (mkdir: ENOSPC): the same
     CheckpointNotSaved as a write that fills it (pretrain.py's one line, exit 1), not a bare OSError
     raised by rank 0 alone while the other ranks wait at the barrier after it."""
@@ -2415,7 +2422,7 @@ def test_a_save_whose_folder_cannot_be_made_on_a_full_disk_says_so(small_build, 
 
     from hrm.train_checkpoint import CheckpointNotSaved, list_checkpoints
     run = tmp_path / "run"
-    trainer = Trainer(micro_config(small_build, run, max_steps=1, eval_save_predictions=False), CPU, progress=False)
+    trainer = Trainer(micro_config(tiny_build, run, max_steps=1, eval_save_predictions=False), CPU, progress=False)
     trainer.fit()
     trainer.step = 2
     real_mkdir = Path.mkdir
@@ -2434,7 +2441,7 @@ def test_a_save_whose_folder_cannot_be_made_on_a_full_disk_says_so(small_build, 
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads which file a descriptor is from /proc")
-def test_every_file_of_a_checkpoint_is_on_disk_before_it_is_renamed(small_build, tmp_path, monkeypatch):
+def test_every_file_of_a_checkpoint_is_on_disk_before_it_is_renamed(tiny_build, tmp_path, monkeypatch):
     """After a crash of the machine (not just the process) a renamed file whose bytes were still in
     the page cache can come back empty, under a `latest` that names it: each file is fsync'd."""
     import hrm.train_checkpoint as train_checkpoint
@@ -2442,7 +2449,7 @@ def test_every_file_of_a_checkpoint_is_on_disk_before_it_is_renamed(small_build,
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name),
                                                  real_fsync(fd))[1])
-    trainer = Trainer(micro_config(small_build, tmp_path / "run", max_steps=1, eval_save_predictions=False), CPU,
+    trainer = Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1, eval_save_predictions=False), CPU,
                       progress=False)
     trainer.fit()
     step = tmp_path / "run" / "step_1"
@@ -2451,7 +2458,7 @@ def test_every_file_of_a_checkpoint_is_on_disk_before_it_is_renamed(small_build,
 
 
 def test_keep_checkpoints_that_cannot_remove_a_step_warns_and_leaves_no_half_removed_checkpoint(
-        small_build, tmp_path, monkeypatch, capsys):
+        tiny_build, tmp_path, monkeypatch, capsys):
     """Pruning an old step comes after the new one is in place: a deletion that fails part-way (a
     file held open on NFS; a SIGKILL cutting it short behaves alike) must neither stop the run nor
     leave a `step_<N>/` that lacks some of its files yet still counts as a checkpoint (or no longer
@@ -2469,7 +2476,7 @@ def test_keep_checkpoints_that_cannot_remove_a_step_warns_and_leaves_no_half_rem
     run = tmp_path / "run"
     with monkeypatch.context() as patched:
         patched.setattr(shutil, "rmtree", rmtree_cut_short)
-        Trainer(micro_config(small_build, run, max_steps=2, checkpoint_interval=1, keep_checkpoints=1,
+        Trainer(micro_config(tiny_build, run, max_steps=2, checkpoint_interval=1, keep_checkpoints=1,
                              eval_save_predictions=False), CPU, progress=False).fit()
     assert (f"warning: could not remove {run / '.step_1.pruned'} ([Errno 16] Device or resource busy: "
             f"'{run / '.step_1.pruned' / 'trainer.pt'}'); the run's next start or save tries again") in capsys.readouterr().err
@@ -2483,14 +2490,14 @@ def test_keep_checkpoints_that_cannot_remove_a_step_warns_and_leaves_no_half_rem
     assert remove_unfinished_saves(run) == [".step_1.pruned"]
 
 
-def test_a_log_that_cannot_be_written_during_training_warns_once_and_the_run_goes_on(small_build, tmp_path,
+def test_a_log_that_cannot_be_written_during_training_warns_once_and_the_run_goes_on(tiny_build, tmp_path,
                                                                                       capsys):
     """The disk under log.jsonl fills up, and W&B's service goes away, after the start: rank 0 raised
     alone in its log write (the other ranks then waited in the next all-reduce until the collective
     timed out). The run now trains to its end with one warning for each, and saves its checkpoint; a
     disk that is really full stops every rank at that save (CheckpointNotSaved, agreed)."""
     from test_run_log import BrokenWandb, FillsUp
-    trainer = Trainer(micro_config(small_build, tmp_path / "run", max_steps=3, eval_save_predictions=False), CPU,
+    trainer = Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=3, eval_save_predictions=False), CPU,
                       progress=False)
     trainer.log.file, trainer.log.wandb = FillsUp(trainer.log.file), BrokenWandb()
     assert trainer.fit()["step"] == 3
@@ -2533,13 +2540,13 @@ def test_a_save_that_fails_on_one_rank_fails_on_every_rank_at_once(tmp_path):
     assert os.listdir(tmp_path / "run") == []
 
 
-def test_pretrain_says_a_save_that_fills_the_disk_in_one_line(small_build, tmp_path):
+def test_pretrain_says_a_save_that_fills_the_disk_in_one_line(tiny_build, tmp_path):
     """Every rank raises CheckpointNotSaved with the same message: said once, exit 1, no traceback."""
     script = ("import runpy, sys, torch; sys.path[:0] = [sys.argv[1], sys.argv[1] + '/tests']; "
               "from test_train import a_full_disk; torch.save = a_full_disk('model.pt'); "
               "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
     run = tmp_path / "run"
-    ran = subprocess.run([sys.executable, "-c", script, str(ROOT), *pretrain_cmd(small_build, run, "max_steps=1")[1:]],
+    ran = subprocess.run([sys.executable, "-c", script, str(ROOT), *pretrain_cmd(tiny_build, run, "max_steps=1")[1:]],
                          capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
     said = [line for line in ran.stderr.splitlines() if "cannot save step 1" in line]
