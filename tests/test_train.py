@@ -690,19 +690,20 @@ def test_sigkill_then_resume_reproduces_the_losses(small_build, tmp_path):
     assert losses_by_step(run) == expected  # identical floats, step for step
 
 
-# A run of two iterations: batch 8, seed 3, the 6th batch is the last of the first epoch (=
-# iteration) and ends exactly at its end, so the reader position saved with it already points to
-# the next iteration; evaluations at steps 6 and 8.
-TWO_ITERATIONS = dict(global_batch_size=8, seed=3, epochs=2, eval_interval=1, max_steps=8, keep_checkpoints=0,
-                      eval_save_predictions=False)
+# A run of two iterations on iterations_build: batch 8, seed 6, the 6th batch is the last of the
+# first epoch (= iteration) and ends exactly at its end, so the reader position saved with it
+# already points to the next iteration; evaluations at steps 6 and 8, each of 2 batches (2 test
+# rows each), so that a SIGTERM can come between them.
+TWO_ITERATIONS = dict(global_batch_size=8, seed=6, epochs=2, eval_interval=1, max_steps=8, keep_checkpoints=0,
+                      eval_save_predictions=False, eval_batch_size=2)
 
 
 @pytest.fixture(scope="module")
-def two_iterations(small_build, tmp_path_factory) -> tuple[Path, list]:
+def two_iterations(iterations_build, tmp_path_factory) -> tuple[Path, list]:
     """The uninterrupted TWO_ITERATIONS run that the tests which stop and resume one compare with:
     (its folder, its (step, loss) history)."""
     run = tmp_path_factory.mktemp("straight") / "run"
-    trainer = Trainer(micro_config(small_build, run, **TWO_ITERATIONS), CPU, progress=False)
+    trainer = Trainer(micro_config(iterations_build, run, **TWO_ITERATIONS), CPU, progress=False)
     trainer.fit()
     assert [step for step, _ in eval_records(run)] == [6, 8]
     return run, trainer.history
@@ -719,27 +720,27 @@ def sigterm_when(trainer: Trainer, method: str, condition) -> None:
     setattr(trainer, method, patched)
 
 
-def test_sigterm_mid_run_saves_that_step_and_resume_reproduces_the_losses(small_build, two_iterations, tmp_path):
+def test_sigterm_mid_run_saves_that_step_and_resume_reproduces_the_losses(iterations_build, two_iterations, tmp_path):
     """A scheduler's SIGTERM during step 5 of 8: step 5 is saved, the run stops (run_status.py says
     so), and the resumed run's losses equal the uninterrupted run's, step for step. (pretrain.py's
     line and exit 143: test_sigterm_to_one_rank_stops_every_rank_after_the_same_step_saved.)"""
     from scripts import run_status
     straight, _ = two_iterations
     run = tmp_path / "run"
-    stopping = Trainer(micro_config(small_build, run, **TWO_ITERATIONS), CPU, progress=False)
+    stopping = Trainer(micro_config(iterations_build, run, **TWO_ITERATIONS), CPU, progress=False)
     sigterm_when(stopping, "train_step", lambda t: t.step == 4)      # the step that makes step 5
     with pytest.raises(TrainingStopped, match=f"stopped by SIGTERM at step 5, saved as {run / 'step_5'}: "
                                               f"continue with resume={run}"):
         stopping.fit()
     assert (run / "latest").read_text() == "step_5" and eval_records(run) == []
     assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] == 5
-    Trainer(micro_config(small_build, run, resume="latest", **TWO_ITERATIONS), CPU, progress=False).fit()
+    Trainer(micro_config(iterations_build, run, resume="latest", **TWO_ITERATIONS), CPU, progress=False).fit()
     assert losses_by_step(run) == losses_by_step(straight)     # identical floats
     assert eval_records(run) == eval_records(straight)
     assert run_status.run_summary(run, 1.0, 0.05, 50)["stopped_at"] is None
 
 
-def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it(small_build, two_iterations,
+def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it(iterations_build, two_iterations,
                                                                                  tmp_path):
     """The run's last evaluation is a pass over the whole test split, which can outlast the
     scheduler's grace period: a SIGTERM in the last step saves that step first and stops (exit 143),
@@ -747,45 +748,45 @@ def test_sigterm_on_the_last_step_stops_before_its_evaluation_and_resume_runs_it
     straight, _ = two_iterations
     run = tmp_path / "run"
     settings = dict(TWO_ITERATIONS, checkpoint_interval=8)    # step_8 saved before the stop too
-    stopping = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    stopping = Trainer(micro_config(iterations_build, run, **settings), CPU, progress=False)
     sigterm_when(stopping, "train_step", lambda t: t.step == 7)      # the step that makes step 8
     with pytest.raises(TrainingStopped, match="stopped by SIGTERM at step 8"):
         stopping.fit()
     assert [step for step, _ in eval_records(run)] == [6] and (run / "latest").read_text() == "step_8"
-    summary = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    summary = Trainer(micro_config(iterations_build, run, resume="latest", **settings), CPU, progress=False).fit()
     assert summary["steps_run"] == 0 and summary["eval"] and not summary["sigterm"]
     assert eval_records(run) == eval_records(straight)
     finished = (run / "step_8" / "trainer.pt").stat().st_ino
-    again = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    again = Trainer(micro_config(iterations_build, run, resume="latest", **settings), CPU, progress=False).fit()
     assert again["eval"] == {} and len(eval_records(run)) == 2     # done once: the run is finished
     assert (run / "step_8" / "trainer.pt").stat().st_ino == finished   # and not saved again
 
 
-def test_a_finished_run_whose_last_step_a_checkpoint_interval_saved_is_not_evaluated_again(small_build, tmp_path):
+def test_a_finished_run_whose_last_step_a_checkpoint_interval_saved_is_not_evaluated_again(iterations_build, tmp_path):
     """checkpoint_interval=4 saves step 8, the run's last, before its evaluation (pending, for a
     SIGKILL during it); with checkpoint_every_eval=False that must not be the run's final word:
     the evaluation ran, so the finished run's last checkpoint says so and resuming it evaluates
     nothing (the run 'had already finished')."""
     run = tmp_path / "run"
     settings = dict(TWO_ITERATIONS, checkpoint_interval=4, checkpoint_every_eval=False)
-    Trainer(micro_config(small_build, run, **settings), CPU, progress=False).fit()
+    Trainer(micro_config(iterations_build, run, **settings), CPU, progress=False).fit()
     assert [step for step, _ in eval_records(run)] == [6, 8] and (run / "latest").read_text() == "step_8"
     saved = torch.load(run / "step_8" / "trainer.pt", weights_only=True)
     assert not saved["final_evaluation_pending"]
-    again = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    again = Trainer(micro_config(iterations_build, run, resume="latest", **settings), CPU, progress=False).fit()
     assert again["steps_run"] == 0 and again["eval"] == {}
     assert [step for step, _ in eval_records(run)] == [6, 8]
 
 
-def test_a_run_ended_by_max_steps_on_an_iterations_last_batch_is_not_evaluated_twice(small_build, tmp_path):
+def test_a_run_ended_by_max_steps_on_an_iterations_last_batch_is_not_evaluated_twice(iterations_build, tmp_path):
     """Seed 4: the first iteration has 5 batches and drops an incomplete sixth. A run stopped by
     max_steps=5 evaluates at step 5; continued to max_steps=8 it must not evaluate step 5 again
     (it did: the saved reader position still lay inside the first iteration's dropped tail)."""
     run = tmp_path / "run"
     settings = dict(TWO_ITERATIONS, seed=4)
-    Trainer(micro_config(small_build, run, **{**settings, "max_steps": 5}), CPU, progress=False).fit()
+    Trainer(micro_config(iterations_build, run, **{**settings, "max_steps": 5}), CPU, progress=False).fit()
     assert [step for step, _ in eval_records(run)] == [5]
-    resumed = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False)
+    resumed = Trainer(micro_config(iterations_build, run, resume="latest", **settings), CPU, progress=False)
     resumed.fit()
     assert [step for step, _ in eval_records(run)] == [5, 8]
     assert [step for step, _ in resumed.history] == [6, 7, 8]
@@ -824,7 +825,7 @@ def test_an_iteration_that_draws_no_batch_evaluates_nothing_again(tiny_build, tm
 
 
 @pytest.mark.parametrize("during_step", [6, 8], ids=["mid-run", "last"])
-def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_step, small_build, two_iterations,
+def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_step, iterations_build, two_iterations,
                                                                         tmp_path):
     """The whole test split can outlast the scheduler's grace period: a SIGTERM during the
     evaluation at step 6 (an iteration's end) or 8 (the run's) stops it after the batch in progress,
@@ -837,7 +838,7 @@ def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_s
     def start(**resume) -> tuple[Trainer, list]:
         """A Trainer sent SIGTERM in the first batch of its evaluation at during_step, and the
         batches evaluated there."""
-        trainer = Trainer(micro_config(small_build, run, **TWO_ITERATIONS, **resume), CPU, progress=False)
+        trainer = Trainer(micro_config(iterations_build, run, **TWO_ITERATIONS, **resume), CPU, progress=False)
         batches, evaluate_batch = [], trainer.loss_head.evaluate
 
         def evaluate_signalled(*args):
@@ -863,7 +864,7 @@ def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_s
         stopping_again.fit()
     assert batches == [0] and (run / f"step_{during_step}" / "trainer.pt").stat().st_ino == saved
 
-    resumed = Trainer(micro_config(small_build, run, resume="latest", **TWO_ITERATIONS), CPU, progress=False)
+    resumed = Trainer(micro_config(iterations_build, run, resume="latest", **TWO_ITERATIONS), CPU, progress=False)
     resumed.fit()
     assert eval_records(run) == eval_records(straight)
     assert resumed.history == [(s, loss) for s, loss in history if s > during_step]
@@ -1114,14 +1115,14 @@ def eval_records(run_dir: Path) -> list[tuple[int, float]]:
 
 
 @pytest.mark.parametrize("crash_step", [6, 8], ids=["iteration-end", "run-end"])
-def test_resume_runs_the_evaluation_a_crash_skipped(crash_step, small_build, two_iterations, tmp_path):
+def test_resume_runs_the_evaluation_a_crash_skipped(crash_step, iterations_build, two_iterations, tmp_path):
     """A crash (SIGKILL, a node lost) during the evaluation after a checkpoint_interval save of
     the same step: the resumed run runs that evaluation, at an iteration's end (the saved reader
     position already points to the next iteration) as at the run's (its last step)."""
     straight, history = two_iterations
     run = tmp_path / "crashed"
     settings = dict(TWO_ITERATIONS, checkpoint_interval=crash_step)
-    crashing = Trainer(micro_config(small_build, run, **settings), CPU, progress=False)
+    crashing = Trainer(micro_config(iterations_build, run, **settings), CPU, progress=False)
     evaluate = crashing.run_evaluation
 
     def crash():
@@ -1137,7 +1138,7 @@ def test_resume_runs_the_evaluation_a_crash_skipped(crash_step, small_build, two
     else:
         assert saved["final_evaluation_pending"] and saved["evaluated_iterations"] == saved["reader"]["epoch"] == 1
 
-    resumed = Trainer(micro_config(small_build, run, resume="latest", **settings), CPU, progress=False)
+    resumed = Trainer(micro_config(iterations_build, run, resume="latest", **settings), CPU, progress=False)
     resumed.fit()
     assert eval_records(run) == eval_records(straight)   # same evaluations, same numbers
     assert resumed.history == [(s, loss) for s, loss in history if s > crash_step]
