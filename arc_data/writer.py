@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import sys
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -118,11 +119,18 @@ def write_token_rows(inputs_path, labels_path, n_rows: int, render_chunk, progre
     """Write `n_rows` rows of inputs and labels as two .npy files; `render_chunk(first, count, inputs,
     labels)` fills the buffers. Returns both manifest entries."""
     files = [HashingFile(inputs_path), HashingFile(labels_path)]
+    # render_rows' parallel loop (numba's OpenMP layer) sets OpenMP's thread count to the core count;
+    # torch shares it: an in-process caller (a benchmark, the tests) would then run torch on more
+    # threads than OMP_NUM_THREADS asked for. Put back where torch is loaded (not imported here).
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
     try:
         return _write_chunks(files, n_rows, render_chunk, progress)
     finally:
         for f in files:
             f.file.close()  # no-op after a successful close(); frees the handles on errors
+        if threads is not None:
+            torch.set_num_threads(threads)
 
 
 def _write_chunks(files, n_rows, render_chunk, progress) -> tuple[dict, dict]:

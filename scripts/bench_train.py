@@ -37,14 +37,10 @@ from hrm.resume_settings import preset_values  # noqa: E402
 from hrm.train import Trainer  # noqa: E402
 
 
-def small_build(folder: Path, limit_tasks: int = 16, num_aug: int = 16) -> Path:
+def small_build(folder: Path) -> Path:
     from arc_data.build import BuildConfig, build
     out = folder / "bench-build"
-    threads = torch.get_num_threads()
-    build(BuildConfig(num_aug=num_aug, limit_tasks=limit_tasks, output_dir=str(out)), progress=False)
-    # The builder's parallel numba kernel (OpenMP layer) sets OpenMP's thread count, which torch shares,
-    # to the core count: the steps would be timed on more threads than OMP_NUM_THREADS asked for.
-    torch.set_num_threads(threads)
+    build(BuildConfig(num_aug=16, limit_tasks=16, output_dir=str(out)), progress=False)
     return out
 
 

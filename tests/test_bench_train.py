@@ -91,15 +91,3 @@ def test_both_benchmarks_report_mfu_on_cuda_against_the_given_peak(monkeypatch, 
         bench_model.main()
     assert exited.value.code == 2 and "--peak-tflops must be > 0, got 0.0" in capsys.readouterr().err
 
-
-def test_the_build_it_makes_leaves_the_thread_count_as_it_was(tmp_path):
-    """Its own build ran numba's parallel writer, which left OpenMP (shared with torch) at the core
-    count: under OMP_NUM_THREADS=1 the steps were timed, and reported, on 2 threads."""
-    from scripts.bench_train import small_build
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        small_build(tmp_path, limit_tasks=2, num_aug=2)
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)

@@ -709,3 +709,17 @@ def test_a_source_without_evaluation_warns_of_an_empty_test_split(tmp_path, caps
     both = small_source(tmp_path / "both")
     assert build_arc.main(args + ["--source-dir", str(both), "--output-dir", str(tmp_path / "b")]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_build_leaves_torchs_thread_count_as_it_was(tmp_path):
+    """The parallel writer (numba's OpenMP layer) left OpenMP, which torch shares, at the core count:
+    an in-process caller under OMP_NUM_THREADS=1 (bench_train.py's own build, the test fixtures) then
+    ran torch on 2 threads."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        build(BuildConfig(num_aug=2, limit_tasks=2, output_dir=str(tmp_path / "out")), progress=False)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
