@@ -17,7 +17,7 @@ from arc_data.augment import parse_augmentation_name, undo_augmentation
 from arc_data.build import BuildConfig, build, load_sources
 from arc_data.encoding import crop
 from arc_data.manifest import verify
-from conftest import read_only
+from conftest import read_only, together
 from reference_builder import reference_build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,17 +143,18 @@ def test_same_bytes_across_hash_seeds_cwd_and_threads(tmp_path):
     src = tmp_path / "src"
     for i in range(4):
         write_task(src / ("evaluation" if i == 0 else "training"), f"task{i}", small_task(10 + i, colours=(1, 2, 3, 4, 5)))
-    digests = []
-    for k, (hashseed, threads) in enumerate((("0", "1"), ("12345", "2"))):
+
+    def build_in(k: int, hashseed: str, threads: str):
         cwd = tmp_path / f"cwd{k}"
         cwd.mkdir()
         env = dict(os.environ, PYTHONHASHSEED=hashseed, NUMBA_NUM_THREADS=threads, OMP_NUM_THREADS=threads,
                    PYTHONPATH=str(ROOT))
-        out = tmp_path / f"out{k}"
-        subprocess.run([sys.executable, str(ROOT / "build_arc.py"), "--source-dir", str(src), "--num-aug", "40",
-                        "--output-dir", str(out), "--quiet"], cwd=cwd, env=env, check=True, capture_output=True)
-        digests.append(json.loads((out / "manifest.json").read_text())["digest"])
-        assert all(sha256(out / f) == sha256(tmp_path / "out0" / f) for f in NPY_FILES + ["identifiers.json"])
+        return lambda: subprocess.run([sys.executable, str(ROOT / "build_arc.py"), "--source-dir", str(src),
+                                       "--num-aug", "40", "--output-dir", str(tmp_path / f"out{k}"), "--quiet"],
+                                      cwd=cwd, env=env, check=True, capture_output=True)
+    together(build_in(0, "0", "1"), build_in(1, "12345", "2"))     # two processes at once: independent builds
+    digests = [json.loads((tmp_path / f"out{k}" / "manifest.json").read_text())["digest"] for k in range(2)]
+    assert all(sha256(tmp_path / "out1" / f) == sha256(tmp_path / "out0" / f) for f in NPY_FILES + ["identifiers.json"])
     assert digests[0] == digests[1]
 
 

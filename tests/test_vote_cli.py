@@ -43,6 +43,25 @@ def run_vote(cwd, *args):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.fixture
+def vote_here(monkeypatch, capsys):
+    """run_vote's counterpart in this process, for what is not about the script's start (the tests
+    that use run_vote keep that): no interpreter to start, no voting kernels to load. A traceback
+    fails the test here too."""
+    from evaluate.vote import main
+
+    def run(cwd, *args):
+        monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as e:     # argparse's refusals
+            code = e.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["vote.py", *args], code, out, err)
+    return run
+
+
 def test_vote_script_defaults_to_newest_predictions_and_writes_outputs(workdir):
     out = run_vote(workdir, "--K", "2", "1", "--json", "out/results.json", "--submission", "out/sub.json")
     assert out.returncode == 0, out.stderr
@@ -85,16 +104,16 @@ def test_the_newest_predictions_are_found_at_any_depth_under_checkpoints(workdir
     assert newest_predictions(workdir / "checkpoints") == deep
 
 
-def test_vote_script_explicit_file_and_data(workdir):
+def test_vote_script_explicit_file_and_data(workdir, vote_here):
     folder = workdir / "checkpoints" / "proj" / "run" / "predictions" / "step_5"
-    out = run_vote(workdir, "--predictions", str(folder / "rank_*.npz"), "--data", str(workdir / "data" / "arc-tiny"),
-                   "--K", "1")
+    out = vote_here(workdir, "--predictions", str(folder / "rank_*.npz"), "--data", str(workdir / "data" / "arc-tiny"),
+                    "--K", "1")
     assert out.returncode == 0, out.stderr
     assert "0/4" in out.stdout and "step: 5" in out.stdout
 
 
-def test_vote_script_reports_errors_without_traceback(workdir):
-    out = run_vote(workdir, "--predictions", str(workdir / "nowhere.npz"), "--data", "x")
+def test_vote_script_reports_errors_without_traceback(workdir, vote_here):
+    out = vote_here(workdir, "--predictions", str(workdir / "nowhere.npz"), "--data", "x")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "--predictions" in out.stderr and "nowhere.npz" in out.stderr
 
@@ -144,23 +163,23 @@ def test_empty_answers_take_no_attempt_and_nan_confidence_stays_valid_json(workd
     assert sub["task_three"] == [{"attempt_1": [[0]], "attempt_2": [[0]]}]
 
 
-def test_a_recorded_build_that_moved_names_the_info_json_and_data(workdir):
+def test_a_recorded_build_that_moved_names_the_info_json_and_data(workdir, vote_here):
     """The build comes from info.json when --data is not given: a build moved since (or a path
     relative to another machine) is named as that record, with --data as the way out."""
     (workdir / "data" / "arc-tiny").rename(workdir / "data" / "moved")
     folder = Path("checkpoints") / "proj" / "run" / "predictions" / "step_2"
-    out = run_vote(workdir, "--predictions", str(folder))
+    out = vote_here(workdir, "--predictions", str(folder))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert f"it is the data_path recorded in {folder / 'info.json'}: pass --data DIR" in out.stderr
-    assert run_vote(workdir, "--predictions", str(folder), "--data", "data/moved").returncode == 0
+    assert vote_here(workdir, "--predictions", str(folder), "--data", "data/moved").returncode == 0
 
 
-def test_vote_script_names_a_corrupt_info_json_without_traceback(workdir):
+def test_vote_script_names_a_corrupt_info_json_without_traceback(workdir, vote_here):
     # the newest predictions (found without --predictions) have an info.json cut short
     info = workdir / "checkpoints" / "proj" / "run" / "predictions" / "step_2" / "info.json"
     info.write_text('{"data_path": "')
     os.utime(info, (3_000_000, 3_000_000))
-    out = run_vote(workdir, "--data", str(workdir / "data" / "arc-tiny"))
+    out = vote_here(workdir, "--data", str(workdir / "data" / "arc-tiny"))
     assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == ""
     assert out.stderr.startswith(f"vote.py: error: {info.relative_to(workdir)}: not valid JSON")
 
@@ -177,12 +196,12 @@ def cut_short(path: Path, size: int) -> int:
                                         ("all__labels.npy", lambda size: size - 1),
                                         ("all__inputs.npy", lambda size: 60),          # inside the header
                                         ("all__puzzle_indices.npy", lambda size: size - 4)])
-def test_a_truncated_build_array_is_named_without_traceback(workdir, name, keep):
+def test_a_truncated_build_array_is_named_without_traceback(workdir, name, keep, vote_here):
     build = workdir / "data" / "arc-tiny"
     path = build / "test" / name
     size = cut_short(path, keep(path.stat().st_size))
-    out = run_vote(workdir, "--predictions", str(workdir / "checkpoints/proj/run/predictions/step_2"),
-                   "--data", str(build), "--K", "2")
+    out = vote_here(workdir, "--predictions", str(workdir / "checkpoints/proj/run/predictions/step_2"),
+                    "--data", str(build), "--K", "2")
     assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
     assert out.stderr.startswith(f"vote.py: error: {path}") and out.stderr.count("\n") == 1, out.stderr
     if name.endswith("inputs.npy") and keep(size) > 128:    # past the header: both sizes are given
@@ -205,27 +224,27 @@ def predictions_args(workdir):
             "--data", str(workdir / "data" / "arc-tiny"), "--K", "1"]
 
 
-def test_a_folder_given_as_output_file_is_refused_before_voting(workdir):
+def test_a_folder_given_as_output_file_is_refused_before_voting(workdir, vote_here):
     (workdir / "taken").mkdir()
-    out = run_vote(workdir, *predictions_args(workdir), "--json", "taken")
+    out = vote_here(workdir, *predictions_args(workdir), "--json", "taken")
     assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
     assert out.stderr == "vote.py: error: --json taken is a directory; give a file name\n"
     # the second output bad: the first is not written either
-    out = run_vote(workdir, *predictions_args(workdir), "--json", "ok.json", "--submission", "taken")
+    out = vote_here(workdir, *predictions_args(workdir), "--json", "ok.json", "--submission", "taken")
     assert out.returncode == 2 and "--submission taken is a directory" in out.stderr and out.stdout == ""
     assert not (workdir / "ok.json").exists()
 
 
-def test_an_output_under_a_file_is_refused_before_voting(workdir):
+def test_an_output_under_a_file_is_refused_before_voting(workdir, vote_here):
     (workdir / "afile").write_text("x")
-    out = run_vote(workdir, *predictions_args(workdir), "--submission", "afile/deeper/sub.json")
+    out = vote_here(workdir, *predictions_args(workdir), "--submission", "afile/deeper/sub.json")
     assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
     assert out.stderr == ("vote.py: error: --submission afile/deeper/sub.json: afile is in its path and is not "
                           "a directory\n")
 
 
-def test_json_and_submission_cannot_be_one_file(workdir):
-    out = run_vote(workdir, *predictions_args(workdir), "--json", "same.json", "--submission", "./same.json")
+def test_json_and_submission_cannot_be_one_file(workdir, vote_here):
+    out = vote_here(workdir, *predictions_args(workdir), "--json", "same.json", "--submission", "./same.json")
     assert out.returncode == 2 and "are the same file" in out.stderr and out.stdout == ""
 
 
