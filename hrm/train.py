@@ -786,6 +786,11 @@ class Trainer:
         cfg, info = self.config, self.info
         last_eval: dict = {}
         evaluated_at = None           # the step of the last evaluation (the same on every rank)
+        if 0 < self.evaluated_iterations == self.reader.iteration and self.reader.batch_in_iteration == 0:
+            # resumed at an iteration's start, its previous iteration evaluated: no step since, so
+            # the model is the one evaluated then, in the run before (an empty iteration next
+            # must not evaluate it again)
+            evaluated_at = self.step
         saved_at = self.saved_step    # the step whose checkpoint holds the state as it is now
 
         def evaluation() -> dict:

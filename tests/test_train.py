@@ -815,6 +815,12 @@ def test_an_iteration_that_draws_no_batch_evaluates_nothing_again(tiny_build, tm
     evaluated = [step for step, _ in eval_records(run)]
     assert len(evaluated) == 2 and evaluated[0] < evaluated[1] == trainer.step, evaluated
     assert trainer.evaluated_iterations == trainer.reader.iteration == 3
+    # stopped at the first iteration's end (max_steps) and resumed: the empty iteration after it
+    # is still the model evaluated there, in the run before (the resumed run evaluated it again)
+    run = tmp_path / "stopped"
+    Trainer(micro_config(tiny_build, run, **{**settings, "max_steps": evaluated[0]}), CPU, progress=False).fit()
+    Trainer(micro_config(tiny_build, run, resume="latest", **settings), CPU, progress=False).fit()
+    assert [step for step, _ in eval_records(run)] == evaluated
     # the last iteration empty too: resumed, the finished run evaluates nothing again
     monkeypatch.setattr(TrainBatches, "iteration_batches", short(1, 2))
     run = tmp_path / "again"
