@@ -9,7 +9,8 @@ A resumed run keeps the settings saved in its checkpoint except those the comman
 the machine's (hrm/resume_settings.py).
 Exit codes: 0 done, 1 an error (a checkpoint or predictions that cannot be written: a full disk), 2 bad
 config, 3 diverged (non-finite loss or gradient), 130 interrupted (Ctrl-C), 143 stopped by SIGTERM (a
-scheduler's time limit or preemption) after saving the step it stopped at.
+scheduler's time limit or preemption) after saving the step it stopped at, or before training
+started, with nothing to save.
 
 A Hydra sweep (`python pretrain.py -m arch=hrm_tiny arch.scaling.p=0.3,0.5,0.7`, or
 `hydra.sweeper.params` in a config) runs its jobs one after the other, once every job's config has
@@ -29,7 +30,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import traceback
 
 import hydra
@@ -54,9 +54,6 @@ started_jobs: list[tuple[str, str]] = []
 def launch(hydra_config: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hrm.resume_settings import resume_path_problem, resume_with_saved_settings
-    if is_multirun() and threading.current_thread() is threading.main_thread():
-        # from here to the sweep's end; fit puts its own in place while it trains
-        signal.signal(signal.SIGTERM, stop_outside_training)
     try:
         composed = numbers_as_text(OmegaConf.to_container(hydra_config, resolve=True))
     except ValueError as e:
@@ -107,6 +104,8 @@ def launch(hydra_config: DictConfig) -> None:
         if tag:
             started_jobs.append((trainer.run_name, later_jobs(config, trainer, tag)))
         summary = trainer.fit()
+        if not is_multirun():   # the run is complete and saved: a SIGTERM now has nothing to stop
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if info.is_main and summary["steps_run"] == 0 and not summary["eval"]:   # resumed at its end: nothing left
             print(f"done: the run had already finished at step {summary['step']} (max_steps or epochs end it "
                   f"there); checkpoints in {trainer.run_dir}", flush=True)
@@ -177,11 +176,11 @@ def launch(hydra_config: DictConfig) -> None:
 
 
 class SigtermOutsideTraining(BaseException):
-    """SIGTERM in a sweep outside a job's training (between two jobs, or while one starts), where
-    fit's handler (hrm.train.StopOnSigterm) is not in place: the default one ended the process
-    without a word, naming neither the jobs that diverged nor how to continue the sweep (the
-    run_name of default names), and a wrapper looking for the `stopped by SIGTERM` line took the
-    stop for a failure. Not an Exception: Hydra's job runner and launch() must let it through."""
+    """SIGTERM outside training (a run starting up; in a sweep, also between two jobs), where fit's
+    handler (hrm.train.StopOnSigterm) is not in place: the default one ended the process without a
+    word, naming neither a sweep's diverged jobs nor how to continue it (the run_name of default
+    names), and a wrapper looking for the `stopped by SIGTERM` line took the stop for a failure.
+    Not an Exception: Hydra's job runner and launch() must let it through."""
 
 
 def stop_outside_training(signum, frame) -> None:
@@ -367,6 +366,8 @@ def check_preset_choices(hydra, overrides: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    # from the start to the run's (or the sweep's) end; fit puts its own in place while it trains
+    signal.signal(signal.SIGTERM, stop_outside_training)
     try:
         check_overrides(sys.argv[1:])
         sys.argv = sys.argv[:1] + sweep_record_on_rank_zero(sys.argv[1:])

@@ -1666,14 +1666,18 @@ def test_ctrl_c_or_sigterm_in_a_sweep_says_how_to_continue_it(small_build, tiny_
     (hook / "sitecustomize.py").write_text(
         "import os, signal\n"
         "import hydra.core.utils\n"     # the launcher's module is loaded later, with the run_job found here
+        "from omegaconf import OmegaConf\n"
         "launch_job = hydra.core.utils.run_job\n"
         "def run_job(*args, **kwargs):\n"
-        "    if kwargs['config'].hydra.job.num == int(os.environ['STOP_AT_JOB']):\n"
+        "    job = kwargs['config'].hydra.job\n"
+        "    if (0 if OmegaConf.is_missing(job, 'num') else job.num) == int(os.environ['STOP_AT_JOB']):\n"
         "        if os.environ['STOP_WITH'] == 'SIGTERM':\n"
         "            os.kill(os.getpid(), signal.SIGTERM)\n"
         "        raise KeyboardInterrupt   # what SIGINT raises (also where a test runner ignores SIGINT)\n"
         "    return launch_job(*args, **kwargs)\n"
-        "hydra.core.utils.run_job = run_job\n")
+        "hydra.core.utils.run_job = run_job\n"
+        "import hydra._internal.hydra\n"  # a single run's: it holds its own name for run_job
+        "hydra._internal.hydra.run_job = run_job\n")
 
     def sweep(at: int, stop: str):
         cwd = tmp_path / f"{stop}-{at}"
@@ -1684,8 +1688,15 @@ def test_ctrl_c_or_sigterm_in_a_sweep_says_how_to_continue_it(small_build, tiny_
                              timeout=300, env=env)
         assert "Traceback" not in run.stderr, run.stderr[-3000:]
         return run, cwd / "checkpoints" / "sweep"
-    [(during, during_err), (ctrl_c, ctrl_c_runs), (sigterm, sigterm_runs), (first, first_runs)] = together(
-        ctrl_c_during_a_job, lambda: sweep(1, "SIGINT"), lambda: sweep(1, "SIGTERM"), lambda: sweep(0, "SIGINT"))
+
+    def single_run():   # a run that is no sweep, stopped starting up: said as a sweep's first job is
+        env = dict(os.environ, WANDB_MODE="disabled", STOP_AT_JOB="0", STOP_WITH="SIGTERM",
+                   PYTHONPATH=os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        return subprocess.run(pretrain_cmd(tiny_build, tmp_path / "single"), capture_output=True, text=True,
+                              timeout=300, env=env)
+    [(during, during_err), (ctrl_c, ctrl_c_runs), (sigterm, sigterm_runs), (first, first_runs), single] = together(
+        ctrl_c_during_a_job, lambda: sweep(1, "SIGINT"), lambda: sweep(1, "SIGTERM"), lambda: sweep(0, "SIGINT"),
+        single_run)
     assert during == 130, during_err[-3000:]
     assert "before the run's first checkpoint" in during_err and "run the same command again" not in during_err
     assert "run the same sweep with resume=latest to continue it" in during_err
@@ -1702,6 +1713,9 @@ def test_ctrl_c_or_sigterm_in_a_sweep_says_how_to_continue_it(small_build, tiny_
     assert first.returncode == 130 and first.stderr.endswith("\npretrain.py: interrupted before training\n"), \
         first.stderr[-3000:]
     assert not first_runs.exists()
+    assert single.returncode == 143 and single.stderr == "pretrain.py: stopped by SIGTERM before training\n", \
+        single.stderr[-3000:]
+    assert not (tmp_path / "single").exists()
 
 
 def test_ctrl_c_before_the_first_checkpoint_does_not_suggest_resume(tmp_path):
