@@ -59,9 +59,14 @@ def read_manifest(build_dir) -> dict:
         raise ValueError(f"{path}: invalid JSON: {e}") from None
     if not isinstance(manifest, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
-    for key in ("digest", "settings", "sources", "files"):
+    for key in ("format", "digest", "settings", "sources", "files"):
         if key not in manifest:
             raise ValueError(f"{path}: missing field {key!r}")
+    if manifest["format"] != FORMAT:
+        # the digest is computed over this format's name: another's would be reported as a
+        # damaged manifest, and its files read by rules that are not theirs
+        raise ValueError(f"{path}: format {manifest['format']!r}; this code reads {FORMAT!r} builds (rebuild with "
+                         f"this version's build_arc.py, or use the version that made it)")
     files, sources = manifest["files"], manifest["sources"]
     if not isinstance(files, dict):
         raise ValueError(f"{path}: field 'files' must be an object of path -> {{sha256, size}}")

@@ -357,6 +357,19 @@ def test_verify_names_a_malformed_manifest(tmp_path, capsys, manifest):
     assert f"{tmp_path / 'manifest.json'}:" in capsys.readouterr().err
 
 
+def test_verify_names_a_manifest_of_another_format(verified_build, tmp_path, capsys):
+    """The digest is computed over the format's name: a build of another format (an older or newer
+    build_arc.py) was reported as a damaged manifest. Its format is named instead."""
+    build = tmp_path / "build"
+    shutil.copytree(verified_build, build)
+    manifest = json.loads((build / "manifest.json").read_text())
+    (build / "manifest.json").write_text(json.dumps({**manifest, "format": "arc-aug/2"}))
+    assert build_arc.main(["--verify", str(build)]) == 2
+    err = capsys.readouterr().err
+    assert f"{build / 'manifest.json'}: format 'arc-aug/2'; this code reads 'arc-aug/1' builds" in err, err
+    assert "digest does not match" not in err
+
+
 def test_npy_header_matches_numpy(tmp_path):
     from arc_data.writer import npy_header
     for shape in [(0, 900), (1, 900), (123457, 900), (7,)]:
