@@ -1,7 +1,8 @@
 """Full (non-causal) multi-head self-attention with a fused qkv projection and RoPE.
 
 Backends: FlashAttention (``flash_attn_interface`` = FA3, else ``flash_attn`` = FA2) when it
-imports and the tensors are CUDA half/bfloat16; otherwise PyTorch's
+imports, the tensors are CUDA half/bfloat16 and it runs their head_dim on this GPU (tried once per
+head_dim: ``flash_runs``); otherwise PyTorch's
 ``scaled_dot_product_attention`` (its own flash/efficient/math kernels, CPU included). Both compute
 softmax(q k^T / sqrt(head_dim)) v.
 
@@ -9,12 +10,15 @@ Public API
 ----------
 ``attend(q, k, v, backend="auto") -> out``   q, k, v, out: [batch, heads, seq, head_dim]
 ``flash_attention_available() -> bool``
+``flash_runs(head_dim, device) -> bool``
 ``Attention(hidden_size, num_heads)``        forward(x, rope: (cos, sin) | None, queries=None)
                                              -> [batch, seq (or queries), hidden]
     ``qkv_proj.weight`` is [3*hidden, hidden]: rows of q, then k, then v, heads contiguous inside
     each block; ``o_proj.weight`` is [hidden, hidden]. No biases.
 """
 from __future__ import annotations
+
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -55,14 +59,48 @@ def flash_attention_available() -> bool:
     return _flash_attn_func() is not None
 
 
+# head_dim -> whether the installed FlashAttention runs it on this machine's GPU, probed once. What
+# it runs depends on its version and the GPU: FA2 raises on GPUs before Ampere (a T4, a V100); FA3
+# builds before 2025 take head_dim 64, 128 and 256 only (hrm_tiny's is 32). Such a head_dim, or
+# GPU, takes SDPA instead of failing at the first step.
+_flash_head_dims: dict[int, bool] = {}
+
+
+def flash_runs(head_dim: int, device: torch.device) -> bool:
+    """Whether FlashAttention runs attention with this head_dim on `device` (a CUDA device): the
+    first ask per head_dim tries it (a forward and a backward of a few bfloat16 rows), later ones
+    read the answer. Attention.__init__ asks eagerly, so a compiled step only reads it."""
+    known = _flash_head_dims.get(head_dim)
+    if known is None:
+        known = _flash_head_dims[head_dim] = _try_flash(head_dim, device)
+    return known
+
+
+def _try_flash(head_dim: int, device: torch.device) -> bool:
+    try:
+        # with autograd on whatever the caller's mode (predict.py builds its model for inference)
+        with torch.inference_mode(False), torch.enable_grad():
+            x = torch.zeros(1, 8, 1, head_dim, device=device, dtype=torch.bfloat16, requires_grad=True)
+            out = _flash_attn_func()(x, x, x, causal=False)
+            (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+        return True
+    except Exception as e:   # flash-attn's refusals are RuntimeErrors, its own asserts AssertionErrors
+        print(f"[hrm] flash-attn cannot run attention with head_dim {head_dim} here ({type(e).__name__}: "
+              f"{str(e).strip().splitlines()[0] if str(e).strip() else 'no message'}); attention uses PyTorch's "
+              f"scaled_dot_product_attention instead", file=sys.stderr, flush=True)
+        return False
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     """Non-causal attention on [batch, heads, seq, head_dim] tensors, scale 1/sqrt(head_dim).
 
     ``backend``: "auto" (flash when usable, else SDPA), "flash" (error when unusable) or "sdpa".
     """
-    flash_ok = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and flash_attention_available()
+    flash_ok = (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and flash_attention_available()
+                and flash_runs(q.shape[-1], q.device))
     if backend == "flash" and not flash_ok:
-        raise RuntimeError("flash attention needs flash_attn installed and CUDA fp16/bf16 tensors")
+        raise RuntimeError("flash attention needs flash_attn installed, CUDA fp16/bf16 tensors and a GPU and "
+                           "head_dim it runs")
     if backend not in ("auto", "flash", "sdpa"):
         raise ValueError(f"unknown attention backend {backend!r}")
     if flash_ok and backend != "sdpa":
@@ -80,8 +118,11 @@ class Attention(nn.Module):
         self.head_dim = hidden_size // num_heads
         self.qkv_proj = Linear(hidden_size, 3 * hidden_size)
         self.o_proj = Linear(hidden_size, hidden_size)
-        if torch.cuda.is_available():   # only CUDA runs flash: a CPU process imports none of it
-            _flash_attn_func()          # looked up here, eagerly, not inside a compiled step
+        # only CUDA runs flash: a CPU process imports none of it; looked up (and this head_dim
+        # tried) here, eagerly, not inside a compiled step
+        if torch.cuda.is_available() and flash_attention_available():
+            from hrm.distributed import current_cuda_device
+            flash_runs(self.head_dim, current_cuda_device())
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 queries: int | None = None) -> torch.Tensor:

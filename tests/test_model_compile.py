@@ -79,12 +79,16 @@ def test_flash_attention_lookup_stays_inside_one_compiled_graph(monkeypatch):
     monkeypatch.setitem(sys.modules, "flash_attn", fa2)
     monkeypatch.setitem(sys.modules, "flash_attn_interface", None)   # no FA3: its import fails
     monkeypatch.setattr(attention, "_flash_lookup", None, raising=False)   # nothing looked up yet
+    monkeypatch.setattr(attention, "_flash_head_dims", {})                 # no head_dim tried yet
     with monkeypatch.context() as cuda:   # only while the model is built: Dynamo reads CUDA's state
         cuda.setattr(torch.cuda, "is_available", lambda: True)
+        cuda.setattr("hrm.distributed.current_cuda_device", lambda: torch.device("cpu"))
         attention.Attention(16, 2)   # as every block of a model does
+    assert calls == [(1, 8, 1, 8)] and attention._flash_head_dims == {8: True}   # its head_dim tried then
+    calls.clear()
 
     def flash_branch(q):   # what `attend` runs on CUDA half tensors
-        if attention.flash_attention_available():
+        if attention.flash_attention_available() and attention.flash_runs(q.shape[-1], q.device):
             return attention._flash_attn_func()(q, q, q, causal=False)
         return q
 

@@ -41,6 +41,55 @@ def test_attention_backend_errors():
         attend(q, q, q, backend="xformers")
 
 
+def fussy_flash(supported: tuple[int, ...], calls: list):
+    """A FlashAttention stand-in ([batch, seq, heads, head_dim] in and out) that refuses the head
+    dims an old FA3 build refuses, as it does: a RuntimeError."""
+    def flash_attn_func(q, k, v, causal=False):
+        calls.append(tuple(q.shape))
+        if q.shape[-1] not in supported:
+            raise RuntimeError("Only support head size 64, 128, and 256 for now\nmore")
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+    return flash_attn_func
+
+
+def test_a_head_dim_flash_attention_cannot_run_takes_sdpa(monkeypatch, capsys):
+    """FA2 raises on GPUs before Ampere, old FA3 builds take head_dim 64/128/256 only (hrm_tiny's
+    is 32): tried once per head_dim (forward and backward), such a one takes SDPA, said once, rather
+    than failing at the first step. Here on the CPU, with a stand-in and tensors that say they are CUDA."""
+    from hrm import attention
+    calls = []
+    monkeypatch.setattr(attention, "_flash_lookup", (fussy_flash((64,), calls),))
+    monkeypatch.setattr(attention, "_flash_head_dims", {})
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True), raising=False)
+    g = torch.Generator().manual_seed(0)
+    for head_dim, flash, first in ((32, False, True), (64, True, True), (32, False, False), (64, True, False)):
+        q, k, v = (torch.randn(2, 3, 5, head_dim, generator=g).bfloat16() for _ in range(3))
+        before = len(calls)
+        out = attend(q, k, v)
+        assert torch.equal(out, F.scaled_dot_product_attention(q, k, v))    # the stand-in computes SDPA too
+        # the try ([1, 8, 1, head_dim]) the first time only; the attention itself ([batch 2, seq 5,
+        # heads 3, head_dim]) by flash where the try passed
+        assert calls[before:] == [(1, 8, 1, head_dim)] * first + [(2, 5, 3, head_dim)] * flash
+    assert calls.count((1, 8, 1, 32)) == 1 and attention._flash_head_dims == {32: False, 64: True}
+    err = capsys.readouterr().err
+    assert err == ("[hrm] flash-attn cannot run attention with head_dim 32 here (RuntimeError: Only support head size "
+                   "64, 128, and 256 for now); attention uses PyTorch's scaled_dot_product_attention instead\n")
+    with pytest.raises(RuntimeError, match="flash attention needs"):
+        attend(q[..., :32], k[..., :32], v[..., :32], backend="flash")
+
+
+def test_flash_attention_is_tried_with_autograd_even_under_inference_mode(monkeypatch):
+    """predict.py builds its model under inference mode: the try's backward must still run, or every
+    head_dim would be judged one flash cannot run."""
+    from hrm import attention
+    calls = []
+    monkeypatch.setattr(attention, "_flash_lookup", (fussy_flash((64,), calls),))
+    monkeypatch.setattr(attention, "_flash_head_dims", {})
+    with torch.inference_mode():
+        assert attention.flash_runs(64, torch.device("cpu"))
+    assert calls == [(1, 8, 1, 64)]
+
+
 @pytest.mark.skipif(not (torch.cuda.is_available() and flash_attention_available()),
                     reason="needs CUDA and flash_attn")
 def test_flash_and_sdpa_agree_on_gpu():
