@@ -40,7 +40,6 @@ RULE_EXPONENT = {"deepnorm": 0.25, "deeploop": 0.5}
 # and every rule but none its depth count (N, or the pre-norm rule's loops n; none has no constant).
 RULE_SETTINGS = {"none": (), "deepnorm": ("c", "d", "depth_count"), "deeploop": ("c", "d", "depth_count"),
                  "custom": ("c", "d", "depth_count"), "prenorm_1_over_n": ("lambda_", "depth_count")}
-SETTING_DEFAULTS = {"c": 2.0, "d": 8.0, "lambda_": 1.0, "depth_count": "paper"}
 
 
 def _rule_with_exponent(rule: str, p: Optional[float]) -> str:
@@ -154,7 +153,8 @@ class ScalingConfig(BaseModel):
         deeploop, `arch.scaling.c=4` or `arch.scaling.depth_count=forward` with hrm_v1's none) would
         be ignored without a word, as p would: refuse it, as p is refused. The top level's value
         counts as set when it is not the default."""
-        for field, default in SETTING_DEFAULTS.items():
+        for field in ("c", "d", "lambda_", "depth_count"):
+            default = type(self).model_fields[field].default
             name, used_by = field.rstrip("_"), [rule for rule, reads in RULE_SETTINGS.items() if field in reads]
             for module in ("H", "L"):
                 value = getattr(getattr(self, module), field)
