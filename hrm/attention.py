@@ -66,10 +66,13 @@ def flash_attention_available() -> bool:
 _flash_head_dims: dict[int, bool] = {}
 
 
+@torch.compiler.assume_constant_result
 def flash_runs(head_dim: int, device: torch.device) -> bool:
     """Whether FlashAttention runs attention with this head_dim on `device` (a CUDA device): the
     first ask per head_dim tries it (a forward and a backward of a few bfloat16 rows), later ones
-    read the answer. Attention.__init__ asks eagerly, so a compiled step only reads it."""
+    read the answer. Asked at the first attention call, on the device the model runs on (not at
+    construction: predict.py builds its model before choosing each rank's GPU); a compiled step
+    asks while it is traced, outside the graph, which keeps the answer as a constant."""
     known = _flash_head_dims.get(head_dim)
     if known is None:
         known = _flash_head_dims[head_dim] = _try_flash(head_dim, device)
@@ -118,11 +121,8 @@ class Attention(nn.Module):
         self.head_dim = hidden_size // num_heads
         self.qkv_proj = Linear(hidden_size, 3 * hidden_size)
         self.o_proj = Linear(hidden_size, hidden_size)
-        # only CUDA runs flash: a CPU process imports none of it; looked up (and this head_dim
-        # tried) here, eagerly, not inside a compiled step
-        if torch.cuda.is_available() and flash_attention_available():
-            from hrm.distributed import current_cuda_device
-            flash_runs(self.head_dim, current_cuda_device())
+        if torch.cuda.is_available():   # only CUDA runs flash: a CPU process imports none of it
+            _flash_attn_func()          # looked up here, eagerly, not inside a compiled step
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                 queries: int | None = None) -> torch.Tensor:

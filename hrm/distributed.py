@@ -77,11 +77,6 @@ def init_distributed(device: str = "auto") -> DistInfo:
     return DistInfo(rank, world_size, local_rank, dev)
 
 
-def current_cuda_device() -> torch.device:
-    """The CUDA device this process uses: LOCAL_RANK's once init_distributed has run."""
-    return torch.device("cuda", torch.cuda.current_device())
-
-
 def shutdown(wait_for_peers: bool = False) -> None:
     """Leave the process group. ``wait_for_peers`` (after a clean run) first waits at a barrier,
     so that no rank tears gloo down while a peer still talks to it (that aborts the peer with
