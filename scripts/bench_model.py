@@ -65,18 +65,22 @@ def training_step(arch: ArchConfig, batch: dict, device: torch.device, compile_m
     model = HRM(arch, VOCAB, SEQ_LEN, NUM_PUZZLES, verbose=False).to(device)
     head = ACTLossHead(model).train()
     dense = AdamATan2(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    sparse = PuzzleSignSGD(model.puzzle_embedding, lr=1e-2, weight_decay=0.1)
+    # puzzle_emb_ndim 0 has no puzzle table, so no sparse optimizer (as in the trainer)
+    table = getattr(model, "puzzle_embedding", None)
+    sparse = PuzzleSignSGD(table, lr=1e-2, weight_decay=0.1) if table is not None else None
     forward = torch.compile(head) if compile_model else head
     batch_size = batch["inputs"].shape[0]
 
     def step(carry):
-        model.puzzle_embedding.prepare_lookup(batch_size)  # as the trainer does: one graph when compiled
+        if table is not None:
+            table.prepare_lookup(batch_size)  # as the trainer does: one graph when compiled
         result = forward(carry, batch)
         (result.loss / batch_size).backward()
         dense.step()
-        sparse.step()
         dense.zero_grad(set_to_none=True)
-        sparse.zero_grad()
+        if sparse is not None:  # the table's rows: a gradient leaf apart from the dense parameters
+            sparse.step()
+            sparse.zero_grad()
         return result.carry
     return step, head.initial_carry(batch), model
 

@@ -17,9 +17,10 @@ def _matmul_attention(q, k, v, backend="auto"):
 
 
 @pytest.mark.parametrize("arch", [
-    # one ACT step: no target-Q segment; one cycle: every visit is gradient-visible. (The step
-    # needs a puzzle embedding: it builds the sign-SGD optimizer.)
+    # one ACT step: no target-Q segment; one cycle: every visit is gradient-visible
     dict(H_layers=1, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=1, puzzle_emb_ndim=32),
+    # no puzzle table: no puzzle tokens and no sign-SGD optimizer
+    dict(H_layers=1, L_layers=1, H_cycles=2, L_cycles=1, halt_max_steps=2, puzzle_emb_ndim=0),
     # no-grad iterations, the target-Q segment (last H block for position 0 only), and two puzzle
     # tokens (40 wide on hidden 32: zero-padded to 64)
     dict(H_layers=2, L_layers=1, H_cycles=2, L_cycles=3, halt_max_steps=3, puzzle_emb_ndim=40),
