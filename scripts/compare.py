@@ -548,7 +548,7 @@ def main(argv=None) -> int:
         floor = unigram_floor(recipe.build)[0]
         for arm in recipe.arms:
             arms[arm.name]["outcome"] = arm_outcome(recipe.run_dir(arm), floor)
-    except (ExperimentError, FileNotFoundError, ValueError) as e:
+    except (ExperimentError, OSError, ValueError) as e:   # OSError: a file missing or unreadable (--report)
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

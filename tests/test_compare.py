@@ -42,6 +42,28 @@ def test_report_with_no_runs_says_so_before_looking_for_the_build(tmp_path, caps
     assert not list(tmp_path.glob("table.*"))
 
 
+def test_report_on_a_run_file_it_cannot_read_names_the_file(tmp_path, monkeypatch, capsys):
+    """--report on a colleague's runs: a record this user may not read is one line naming it, not a
+    traceback."""
+    recipe = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--report", "--work", str(tmp_path)]))
+    for arm in recipe.arms:
+        recipe.run_dir(arm).mkdir(parents=True)
+        (recipe.run_dir(arm) / "vote.json").write_text(json.dumps({"pass_at_k": {}}))
+        (recipe.run_dir(arm) / compare.COMMAND_RECORD).write_text("torchrun pretrain.py\n")
+    record = recipe.run_dir(recipe.arms[0]) / compare.COMMAND_RECORD
+    real_read_text = Path.read_text
+
+    def read_text(path, *args, **kwargs):
+        if path == record:   # (chmod 000 does not stop root, who runs the tests in CI)
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read_text(path, *args, **kwargs)
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert compare.main(["--preset", "paper", "--report", "--work", str(tmp_path), "--out", str(tmp_path / "t")]) == 1
+    err = capsys.readouterr().err
+    assert err == f"compare.py: error: [Errno 13] Permission denied: '{record}'\n"
+    assert not list(tmp_path.glob("t.*"))
+
+
 def test_outputs_that_cannot_be_written_are_refused_before_any_run(tmp_path, capsys):
     (tmp_path / "a_file").write_text("not a folder")
     for argv, message in {("--out", str(tmp_path)): "is a folder; --out is a file stem",
