@@ -1,0 +1,215 @@
+"""One table from several runs of scripts/compare.py that differ only in --seed.
+
+A single seed cannot tell a scaling effect from the spread between seeds (on the cpu preset the
+baseline's eval loss moves by more than the gap between the arms). This reads the JSON reports of
+runs made with different --seed and otherwise the same settings, checks that they are comparable
+(same preset, same arms, same build digest, the same training commands apart from the seed and
+the run folders), and writes per seed and as mean +- sample standard deviation: each arm's final
+train LM loss, eval LM loss and accuracies and pass@K, and the paired difference between the arms
+(second arm minus first, seed by seed).
+
+Usage:
+    python scripts/compare.py --preset cpu --seed 1 --work checkpoints/compare_cpu_seed1 --out results/compare_cpu_seed1
+    ...
+    python scripts/compare_seeds.py results/compare_cpu.json results/compare_cpu_seed*.json --out results/compare_cpu_seeds
+
+Without --out the table is only printed. A diverged arm has no figures for its seed: its cells say
+so, and the mean is over the seeds where both arms have the figure (the count is shown).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scripts.experiment_tools import ExperimentError, check_outputs, output_path  # noqa: E402
+
+# (report field, row label, shown as a percentage); pass@K rows are added from the reports
+METRICS = [("final_train_lm_loss", "final train LM loss", False),
+           ("eval_lm_loss", "eval LM loss", False),
+           ("eval_token_accuracy", "eval token accuracy", True),
+           ("eval_exact_accuracy", "eval exact accuracy", True)]
+# tokens of a training command that may differ between the seeds' runs: the seed itself, and the
+# folders (each run of compare.py has its own --work; the build's digest is compared instead)
+PER_RUN = ("seed=", "data_path=", "checkpoint_path=")
+
+
+class SeedsError(ValueError):
+    pass
+
+
+def read_report(path: Path) -> dict:
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise SeedsError(f"{path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise SeedsError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(report, dict):
+        raise SeedsError(f"{path}: not a report of scripts/compare.py (not a JSON object)")
+    for field in ("preset", "seed", "build", "arms"):
+        if field not in report:
+            raise SeedsError(f"{path}: not a report of scripts/compare.py (no '{field}')")
+    if not isinstance(report["arms"], dict) or len(report["arms"]) != 2:
+        raise SeedsError(f"{path}: 'arms' must hold the comparison's two arms")
+    return report
+
+
+def shared_settings(report: dict) -> dict:
+    """Each arm's training command without the tokens that differ from run to run by design."""
+    return {name: [t for t in shlex.split(arm.get("command") or "") if not t.startswith(PER_RUN)]
+            for name, arm in report["arms"].items()}
+
+
+def check_comparable(reports: dict[Path, dict]) -> None:
+    """Refuse, naming the file and what differs, reports that are not the same comparison."""
+    (first_path, first), *rest = reports.items()
+    seeds = {}
+    for path, report in reports.items():
+        if report["seed"] in seeds:
+            raise SeedsError(f"{path} and {seeds[report['seed']]} are both seed {report['seed']}: "
+                             f"each seed once")
+        seeds[report["seed"]] = path
+    for path, report in rest:
+        for what, value, expected in (
+                ("preset", report["preset"], first["preset"]),
+                ("arms", list(report["arms"]), list(first["arms"])),
+                ("build digest", report["build"].get("digest"), first["build"].get("digest")),
+                ("training commands (apart from seed and folders)", shared_settings(report), shared_settings(first))):
+            if value != expected:
+                raise SeedsError(f"{path}: its {what} differ from {first_path}'s ({value} vs {expected}): "
+                                 f"not the same comparison with another seed")
+
+
+def figure(arm: dict, key: str) -> float | None:
+    """An arm's figure, None where it has none (a diverged arm: no evaluation, no vote)."""
+    if key.startswith("pass@"):
+        k, kind = key[len("pass@"):].split(":")
+        value = ((arm.get("pass_at_k") or {}).get(k) or {}).get(kind)
+    else:
+        value = arm.get(key)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
+def spread(values: list[float]) -> dict:
+    """Mean and sample standard deviation (n - 1; none for one value) of the values present."""
+    present = [v for v in values if v is not None]
+    return {"n": len(present),
+            "mean": statistics.fmean(present) if present else None,
+            "sd": statistics.stdev(present) if len(present) > 1 else None}
+
+
+def summarize(reports: dict[Path, dict]) -> dict:
+    check_comparable(reports)
+    ordered = sorted(reports.items(), key=lambda item: item[1]["seed"])
+    seeds = [r["seed"] for _, r in ordered]
+    names = list(ordered[0][1]["arms"])
+    ks = sorted({k for _, r in ordered for arm in r["arms"].values() for k in (arm.get("pass_at_k") or {})}, key=int)
+    metrics = METRICS + [(f"pass@{k}:task", f"pass@{k} task", True) for k in ks]
+    rows = []
+    for key, label, percent in metrics:
+        per_arm = {name: [figure(r["arms"][name], key) for _, r in ordered] for name in names}
+        a, b = (per_arm[name] for name in names)
+        difference = [None if x is None or y is None else y - x for x, y in zip(a, b)]
+        rows.append({"metric": key, "label": label, "percent": percent,
+                     "values": per_arm, "spread": {name: spread(v) for name, v in per_arm.items()},
+                     "difference": difference, "difference_spread": spread(difference)})
+    return {"preset": ordered[0][1]["preset"], "seeds": seeds, "files": [str(p) for p, _ in ordered],
+            "build_digest": ordered[0][1]["build"].get("digest"),
+            "build": ordered[0][1]["build"].get("description"),
+            "arms": {name: ordered[0][1]["arms"][name].get("label", name) for name in names},
+            "outcomes": {name: [r["arms"][name].get("outcome") for _, r in ordered] for name in names},
+            "rows": rows}
+
+
+def _cell(value: float | None, percent: bool, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    sign = "+" if signed else ""
+    if not percent:
+        return f"{value:{sign}.4f}"
+    return f"{100 * value:{sign}.2f}" + (" pt" if signed else "%")   # a difference of percentages: points
+
+
+def _mean_sd(s: dict, percent: bool, signed: bool = False) -> str:
+    if s["mean"] is None:
+        return "-"
+    text = _cell(s["mean"], percent, signed)
+    if s["sd"] is None:
+        return text
+    return f"{text} ± " + (f"{100 * s['sd']:.2f} pt" if percent else f"{s['sd']:.4f}")
+
+
+def summary_markdown(summary: dict) -> str:
+    names = list(summary["arms"])
+    first, second = names
+    n = len(summary["seeds"])
+    lines = [f"# {first} vs {second} over {n} seeds ({summary['preset']} preset)",
+             "",
+             "Arms: " + "; ".join(f"{name} = {label}" for name, label in summary["arms"].items()) + "  ",
+             f"Reports: {', '.join(f'`{f}`' for f in summary['files'])}  ",
+             f"Build: {summary['build']}, digest `{summary['build_digest']}` (the same in every report)  ",
+             "Settings: the same training commands apart from the seed (each report's table lists them)  ",
+             "Outcomes: " + "; ".join(f"{name}: {', '.join(map(str, summary['outcomes'][name]))}" for name in names),
+             "",
+             "| | " + " | ".join(f"seed {s}" for s in summary["seeds"]) + " | mean ± sd (n) |",
+             "|---|" + "---|" * (n + 1)]
+    for row in summary["rows"]:
+        percent = row["percent"]
+        for name in names:
+            s = row["spread"][name]
+            lines.append(f"| {row['label']}, {name} | " + " | ".join(_cell(v, percent) for v in row["values"][name])
+                         + f" | {_mean_sd(s, percent)} ({s['n']}) |")
+        d = row["difference_spread"]
+        lines.append(f"| {row['label']}, {second} − {first} | "
+                     + " | ".join(_cell(v, percent, signed=True) for v in row["difference"])
+                     + f" | {_mean_sd(d, percent, signed=True)} ({d['n']}) |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("reports", nargs="+", type=Path, help="JSON reports of scripts/compare.py, one per seed")
+    ap.add_argument("--out", type=Path, help="write OUT.md and OUT.json (default: print only)")
+    args = ap.parse_args(argv)
+    if args.out is not None:
+        try:
+            check_outputs(args.out, [".md", ".json"], None)
+        except ExperimentError as e:
+            ap.error(str(e))
+        # `--out results/compare_cpu` would write over the report of seed 0 it reads
+        inputs = {p.resolve() for p in args.reports}
+        clash = [str(output_path(args.out, s)) for s in (".md", ".json") if output_path(args.out, s).resolve() in inputs]
+        if clash:
+            ap.error(f"--out {args.out} would write over {clash[0]}, one of the reports it reads")
+    try:
+        reports = {}
+        for path in args.reports:
+            if path in reports:
+                raise SeedsError(f"{path} is given twice")
+            reports[path] = read_report(path)
+        summary = summarize(reports)
+    except SeedsError as e:
+        print(f"compare_seeds.py: error: {e}", file=sys.stderr)
+        return 1
+    markdown = summary_markdown(summary)
+    if args.out is not None:
+        from evaluate.outputs import write_atomic
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(output_path(args.out, ".json"), json.dumps(summary, indent=1) + "\n")
+        write_atomic(output_path(args.out, ".md"), markdown)
+    print(markdown, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
