@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import ExperimentError, check_outputs, output_path  # noqa: E402
 
-# (report field, row label, shown as a percentage); pass@K rows are added from the reports
+# (report field, row label, shown as a percentage); pass@K rows are added from the reports. The
+# percentages are accuracies (higher is better), the others losses (lower is better).
 METRICS = [("final_train_lm_loss", "final train LM loss", False),
            ("eval_lm_loss", "eval LM loss", False),
            ("eval_token_accuracy", "eval token accuracy", True),
@@ -121,7 +122,9 @@ def summarize(reports: dict[Path, dict]) -> dict:
         difference = [None if x is None or y is None else y - x for x, y in zip(a, b)]
         rows.append({"metric": key, "label": label, "percent": percent,
                      "values": per_arm, "spread": {name: spread(v) for name, v in per_arm.items()},
-                     "difference": difference, "difference_spread": spread(difference)})
+                     "difference": difference, "difference_spread": spread(difference),
+                     # seeds where the second arm did better (a tie is neither)
+                     "second_better": sum(d is not None and (d > 0 if percent else d < 0) for d in difference)})
     return {"preset": ordered[0][1]["preset"], "seeds": seeds, "files": [str(p) for p, _ in ordered],
             "build_digest": ordered[0][1]["build"].get("digest"),
             "build": ordered[0][1]["build"].get("description"),
@@ -160,18 +163,18 @@ def summary_markdown(summary: dict) -> str:
              "Settings: the same training commands apart from the seed (each report's table lists them)  ",
              "Outcomes: " + "; ".join(f"{name}: {', '.join(map(str, summary['outcomes'][name]))}" for name in names),
              "",
-             "| | " + " | ".join(f"seed {s}" for s in summary["seeds"]) + " | mean ± sd (n) |",
-             "|---|" + "---|" * (n + 1)]
+             "| | " + " | ".join(f"seed {s}" for s in summary["seeds"]) + f" | mean ± sd (n) | {second} better in |",
+             "|---|" + "---|" * (n + 2)]
     for row in summary["rows"]:
         percent = row["percent"]
         for name in names:
             s = row["spread"][name]
             lines.append(f"| {row['label']}, {name} | " + " | ".join(_cell(v, percent) for v in row["values"][name])
-                         + f" | {_mean_sd(s, percent)} ({s['n']}) |")
+                         + f" | {_mean_sd(s, percent)} ({s['n']}) | |")
         d = row["difference_spread"]
         lines.append(f"| {row['label']}, {second} − {first} | "
                      + " | ".join(_cell(v, percent, signed=True) for v in row["difference"])
-                     + f" | {_mean_sd(d, percent, signed=True)} ({d['n']}) |")
+                     + f" | {_mean_sd(d, percent, signed=True)} ({d['n']}) | {row['second_better']} of {d['n']} |")
     lines.append("")
     return "\n".join(lines)
 

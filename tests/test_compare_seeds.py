@@ -8,7 +8,8 @@ from scripts import compare_seeds
 ARMS = {"baseline": ("HRM, no scaling", "arch.scaling.rule=none "), "deeploop": ("HRM + DeepLoop", "")}
 
 
-def report(seed: int, eval_lm: dict, *, digest="d1", lr="0.001", diverged: str | None = None) -> dict:
+def report(seed: int, eval_lm: dict, *, token_acc: dict | None = None, digest="d1", lr="0.001",
+           diverged: str | None = None) -> dict:
     """A report as compare.py --preset cpu writes it; each run has its own --work folder."""
     arms = {}
     for name, (label, flag) in ARMS.items():
@@ -19,7 +20,7 @@ def report(seed: int, eval_lm: dict, *, digest="d1", lr="0.001", diverged: str |
             "command": f"python pretrain.py arch=hrm_tiny {flag}data_path={work}/build lr={lr} seed={seed} "
                        f"checkpoint_path={work}/{name}",
             "final_train_lm_loss": float("nan") if gone else 1.0, "eval_lm_loss": None if gone else eval_lm[name],
-            "eval_token_accuracy": None if gone else 0.7, "eval_exact_accuracy": None if gone else 0.0,
+            "eval_token_accuracy": None if gone else (token_acc or {}).get(name, 0.7), "eval_exact_accuracy": None if gone else 0.0,
             "pass_at_k": None if gone else {"1": {"task": 0.0, "pair": 0.0}, "2": {"task": 0.125, "pair": 0.1}}}
     return {"preset": "cpu", "seed": seed, "build": {"digest": digest, "description": "8 + 8 tasks"}, "arms": arms}
 
@@ -34,18 +35,20 @@ def test_means_deviations_and_paired_differences_by_hand(tmp_path, capsys):
     """eval LM loss: baseline 1.0, 1.2, 1.4 (mean 1.2, sd 0.2); DeepLoop 0.9, 1.3, 1.2; differences
     -0.1, +0.1, -0.2: mean -0.0667, sd sqrt((0.0333^2 + 0.1667^2 + 0.1333^2) / 2) = 0.1528. The
     files come in any order; the columns go by seed."""
-    files = [write(tmp_path, "s2.json", report(2, {"baseline": 1.4, "deeploop": 1.2})),
+    files = [write(tmp_path, "s2.json", report(2, {"baseline": 1.4, "deeploop": 1.2}, token_acc={"baseline": 0.75})),
              write(tmp_path, "s0.json", report(0, {"baseline": 1.0, "deeploop": 0.9})),
-             write(tmp_path, "s1.json", report(1, {"baseline": 1.2, "deeploop": 1.3}))]
+             write(tmp_path, "s1.json", report(1, {"baseline": 1.2, "deeploop": 1.3}, token_acc={"baseline": 0.6}))]
     assert compare_seeds.main([*files, "--out", str(tmp_path / "seeds")]) == 0
     table = capsys.readouterr().out
-    assert "| | seed 0 | seed 1 | seed 2 | mean ± sd (n) |" in table
-    assert "| eval LM loss, baseline | 1.0000 | 1.2000 | 1.4000 | 1.2000 ± 0.2000 (3) |" in table
-    assert "| eval LM loss, deeploop | 0.9000 | 1.3000 | 1.2000 | 1.1333 ± 0.2082 (3) |" in table
-    assert "| eval LM loss, deeploop − baseline | -0.1000 | +0.1000 | -0.2000 | -0.0667 ± 0.1528 (3) |" in table
+    assert "| | seed 0 | seed 1 | seed 2 | mean ± sd (n) | deeploop better in |" in table
+    assert "| eval LM loss, baseline | 1.0000 | 1.2000 | 1.4000 | 1.2000 ± 0.2000 (3) | |" in table
+    assert "| eval LM loss, deeploop | 0.9000 | 1.3000 | 1.2000 | 1.1333 ± 0.2082 (3) | |" in table
+    assert "| eval LM loss, deeploop − baseline | -0.1000 | +0.1000 | -0.2000 | -0.0667 ± 0.1528 (3) | 2 of 3 |" in table
     # a percentage's spread and differences are in points; a constant figure has sd 0
-    assert "| pass@2 task, deeploop | 12.50% | 12.50% | 12.50% | 12.50% ± 0.00 pt (3) |" in table
-    assert "| pass@2 task, deeploop − baseline | +0.00 pt | +0.00 pt | +0.00 pt | +0.00 pt ± 0.00 pt (3) |" in table
+    assert "| pass@2 task, deeploop | 12.50% | 12.50% | 12.50% | 12.50% ± 0.00 pt (3) | |" in table
+    # accuracies are better higher: on eval token accuracy deeploop did better in seed 1 alone
+    assert "| eval token accuracy, deeploop − baseline | +0.00 pt | +10.00 pt | -5.00 pt | +1.67 pt ± 7.64 pt (3) | 1 of 3 |" in table
+    assert "| pass@2 task, deeploop − baseline | +0.00 pt | +0.00 pt | +0.00 pt | +0.00 pt ± 0.00 pt (3) | 0 of 3 |" in table
     assert (tmp_path / "seeds.md").read_text() == table
     saved = json.loads((tmp_path / "seeds.json").read_text())
     assert saved["seeds"] == [0, 1, 2]
@@ -59,9 +62,9 @@ def test_a_diverged_arm_has_no_figures_for_its_seed(tmp_path, capsys):
              write(tmp_path, "b.json", report(1, {"baseline": 1.2, "deeploop": 1.3}, diverged="deeploop"))]
     assert compare_seeds.main(files) == 0
     table = capsys.readouterr().out
-    assert "| eval LM loss, deeploop | 0.9000 | - | 0.9000 (1) |" in table
-    assert "| eval LM loss, deeploop − baseline | -0.1000 | - | -0.1000 (1) |" in table
-    assert "| final train LM loss, deeploop | 1.0000 | - | 1.0000 (1) |" in table   # nan: no figure
+    assert "| eval LM loss, deeploop | 0.9000 | - | 0.9000 (1) | |" in table
+    assert "| eval LM loss, deeploop − baseline | -0.1000 | - | -0.1000 (1) | 1 of 1 |" in table
+    assert "| final train LM loss, deeploop | 1.0000 | - | 1.0000 (1) | |" in table   # nan: no figure
     assert "deeploop: trained, diverged" in table
     assert "Arms: baseline = HRM, no scaling; deeploop = HRM + DeepLoop" in table
 
