@@ -6,12 +6,13 @@ runs made with different --seed and otherwise the same settings, checks that the
 (same preset, same arms, same build digest, the same training commands apart from the seed and
 the run folders), and writes per seed and as mean +- sample standard deviation: each arm's final
 train LM loss, eval LM loss and accuracies and pass@K, and the paired difference between the arms
-(second arm minus first, seed by seed).
+(second arm minus first, seed by seed) with the number of seeds where the second did better and the
+paired t statistic (n - 1 degrees of freedom; |t| > 2.36 is p < 0.05 two-sided for 8 seeds).
 
 Usage:
     python scripts/compare.py --preset cpu --seed 1 --work checkpoints/compare_cpu_seed1 --out results/compare_cpu_seed1
     ...
-    python scripts/compare_seeds.py results/compare_cpu.json results/compare_cpu_seed*.json --out results/compare_cpu_seeds
+    python scripts/compare_seeds.py results/compare_cpu.json results/compare_cpu_seed*.json --out results/compare_cpu_over_seeds
 
 Without --out the table is only printed. A diverged arm has no figures for its seed: its cells say
 so, and the mean is over the seeds where both arms have the figure (the count is shown).
@@ -108,6 +109,14 @@ def spread(values: list[float]) -> dict:
             "sd": statistics.stdev(present) if len(present) > 1 else None}
 
 
+def paired_t(s: dict) -> float | None:
+    """The paired t statistic of the differences, mean / (sd / sqrt(n)) with n - 1 degrees of
+    freedom: how many standard errors the mean difference lies from 0. None without a spread."""
+    if s["sd"] is None or s["sd"] == 0:
+        return None
+    return s["mean"] / (s["sd"] / math.sqrt(s["n"]))
+
+
 def summarize(reports: dict[Path, dict]) -> dict:
     check_comparable(reports)
     ordered = sorted(reports.items(), key=lambda item: item[1]["seed"])
@@ -123,6 +132,7 @@ def summarize(reports: dict[Path, dict]) -> dict:
         rows.append({"metric": key, "label": label, "percent": percent,
                      "values": per_arm, "spread": {name: spread(v) for name, v in per_arm.items()},
                      "difference": difference, "difference_spread": spread(difference),
+                     "paired_t": paired_t(spread(difference)),
                      # seeds where the second arm did better (a tie is neither)
                      "second_better": sum(d is not None and (d > 0 if percent else d < 0) for d in difference)})
     return {"preset": ordered[0][1]["preset"], "seeds": seeds, "files": [str(p) for p, _ in ordered],
@@ -163,18 +173,19 @@ def summary_markdown(summary: dict) -> str:
              "Settings: the same training commands apart from the seed (each report's table lists them)  ",
              "Outcomes: " + "; ".join(f"{name}: {', '.join(map(str, summary['outcomes'][name]))}" for name in names),
              "",
-             "| | " + " | ".join(f"seed {s}" for s in summary["seeds"]) + f" | mean ± sd (n) | {second} better in |",
-             "|---|" + "---|" * (n + 2)]
+             "| | " + " | ".join(f"seed {s}" for s in summary["seeds"]) + f" | mean ± sd (n) | {second} better in | paired t |",
+             "|---|" + "---|" * (n + 3)]
     for row in summary["rows"]:
         percent = row["percent"]
         for name in names:
             s = row["spread"][name]
             lines.append(f"| {row['label']}, {name} | " + " | ".join(_cell(v, percent) for v in row["values"][name])
-                         + f" | {_mean_sd(s, percent)} ({s['n']}) | |")
+                         + f" | {_mean_sd(s, percent)} ({s['n']}) | | |")
         d = row["difference_spread"]
         lines.append(f"| {row['label']}, {second} − {first} | "
                      + " | ".join(_cell(v, percent, signed=True) for v in row["difference"])
-                     + f" | {_mean_sd(d, percent, signed=True)} ({d['n']}) | {row['second_better']} of {d['n']} |")
+                     + f" | {_mean_sd(d, percent, signed=True)} ({d['n']}) | {row['second_better']} of {d['n']} | "
+                     + ("-" if row["paired_t"] is None else f"{row['paired_t']:+.2f}") + " |")
     lines.append("")
     return "\n".join(lines)
 

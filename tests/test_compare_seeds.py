@@ -1,10 +1,12 @@
 """scripts/compare_seeds.py: compare.py's reports of several seeds in one table, checked by hand."""
 import json
+from pathlib import Path
 
 import pytest
 
 from scripts import compare_seeds
 
+REPO = Path(__file__).resolve().parents[1]
 ARMS = {"baseline": ("HRM, no scaling", "arch.scaling.rule=none "), "deeploop": ("HRM + DeepLoop", "")}
 
 
@@ -34,21 +36,21 @@ def write(tmp_path, name: str, content) -> str:
 def test_means_deviations_and_paired_differences_by_hand(tmp_path, capsys):
     """eval LM loss: baseline 1.0, 1.2, 1.4 (mean 1.2, sd 0.2); DeepLoop 0.9, 1.3, 1.2; differences
     -0.1, +0.1, -0.2: mean -0.0667, sd sqrt((0.0333^2 + 0.1667^2 + 0.1333^2) / 2) = 0.1528. The
-    files come in any order; the columns go by seed."""
+    files come in any order; the columns go by seed. Paired t = -0.0667 / (0.1528 / sqrt(3)) = -0.76."""
     files = [write(tmp_path, "s2.json", report(2, {"baseline": 1.4, "deeploop": 1.2}, token_acc={"baseline": 0.75})),
              write(tmp_path, "s0.json", report(0, {"baseline": 1.0, "deeploop": 0.9})),
              write(tmp_path, "s1.json", report(1, {"baseline": 1.2, "deeploop": 1.3}, token_acc={"baseline": 0.6}))]
     assert compare_seeds.main([*files, "--out", str(tmp_path / "seeds")]) == 0
     table = capsys.readouterr().out
-    assert "| | seed 0 | seed 1 | seed 2 | mean ± sd (n) | deeploop better in |" in table
-    assert "| eval LM loss, baseline | 1.0000 | 1.2000 | 1.4000 | 1.2000 ± 0.2000 (3) | |" in table
-    assert "| eval LM loss, deeploop | 0.9000 | 1.3000 | 1.2000 | 1.1333 ± 0.2082 (3) | |" in table
-    assert "| eval LM loss, deeploop − baseline | -0.1000 | +0.1000 | -0.2000 | -0.0667 ± 0.1528 (3) | 2 of 3 |" in table
+    assert "| | seed 0 | seed 1 | seed 2 | mean ± sd (n) | deeploop better in | paired t |" in table
+    assert "| eval LM loss, baseline | 1.0000 | 1.2000 | 1.4000 | 1.2000 ± 0.2000 (3) | | |" in table
+    assert "| eval LM loss, deeploop | 0.9000 | 1.3000 | 1.2000 | 1.1333 ± 0.2082 (3) | | |" in table
+    assert "| eval LM loss, deeploop − baseline | -0.1000 | +0.1000 | -0.2000 | -0.0667 ± 0.1528 (3) | 2 of 3 | -0.76 |" in table
     # a percentage's spread and differences are in points; a constant figure has sd 0
-    assert "| pass@2 task, deeploop | 12.50% | 12.50% | 12.50% | 12.50% ± 0.00 pt (3) | |" in table
+    assert "| pass@2 task, deeploop | 12.50% | 12.50% | 12.50% | 12.50% ± 0.00 pt (3) | | |" in table
     # accuracies are better higher: on eval token accuracy deeploop did better in seed 1 alone
-    assert "| eval token accuracy, deeploop − baseline | +0.00 pt | +10.00 pt | -5.00 pt | +1.67 pt ± 7.64 pt (3) | 1 of 3 |" in table
-    assert "| pass@2 task, deeploop − baseline | +0.00 pt | +0.00 pt | +0.00 pt | +0.00 pt ± 0.00 pt (3) | 0 of 3 |" in table
+    assert "| eval token accuracy, deeploop − baseline | +0.00 pt | +10.00 pt | -5.00 pt | +1.67 pt ± 7.64 pt (3) | 1 of 3 | +0.38 |" in table
+    assert "| pass@2 task, deeploop − baseline | +0.00 pt | +0.00 pt | +0.00 pt | +0.00 pt ± 0.00 pt (3) | 0 of 3 | - |" in table
     assert (tmp_path / "seeds.md").read_text() == table
     saved = json.loads((tmp_path / "seeds.json").read_text())
     assert saved["seeds"] == [0, 1, 2]
@@ -62,9 +64,9 @@ def test_a_diverged_arm_has_no_figures_for_its_seed(tmp_path, capsys):
              write(tmp_path, "b.json", report(1, {"baseline": 1.2, "deeploop": 1.3}, diverged="deeploop"))]
     assert compare_seeds.main(files) == 0
     table = capsys.readouterr().out
-    assert "| eval LM loss, deeploop | 0.9000 | - | 0.9000 (1) | |" in table
-    assert "| eval LM loss, deeploop − baseline | -0.1000 | - | -0.1000 (1) | 1 of 1 |" in table
-    assert "| final train LM loss, deeploop | 1.0000 | - | 1.0000 (1) | |" in table   # nan: no figure
+    assert "| eval LM loss, deeploop | 0.9000 | - | 0.9000 (1) | | |" in table
+    assert "| eval LM loss, deeploop − baseline | -0.1000 | - | -0.1000 (1) | 1 of 1 | - |" in table
+    assert "| final train LM loss, deeploop | 1.0000 | - | 1.0000 (1) | | |" in table   # nan: no figure
     assert "deeploop: trained, diverged" in table
     assert "Arms: baseline = HRM, no scaling; deeploop = HRM + DeepLoop" in table
 
@@ -94,3 +96,13 @@ def test_out_may_not_write_over_a_report_it_reads(tmp_path, capsys):
     assert e.value.code == 2
     assert f"would write over {first}, one of the reports it reads" in capsys.readouterr().err
     assert json.loads((tmp_path / "compare_cpu.json").read_text())["seed"] == 0
+
+
+def test_the_committed_table_is_what_the_committed_reports_give(monkeypatch, capsys):
+    """results/compare_cpu_over_seeds.md (the README's figures) is made from the committed reports,
+    not written by hand."""
+    monkeypatch.chdir(REPO)
+    reports = ["results/compare_cpu.json"] + sorted(str(p.relative_to(REPO)) for p in REPO.glob("results/compare_cpu_seed*.json"))
+    assert len(reports) == 8
+    assert compare_seeds.main(reports) == 0
+    assert capsys.readouterr().out == (REPO / "results/compare_cpu_over_seeds.md").read_text()
