@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A suite started in the background by a shell without job control (`nohup pytest &`, `cmd &` in a
+# script) has SIGINT ignored, and an ignored signal stays ignored across exec: every pretrain.py the
+# Ctrl-C tests start would train on through their SIGINT until the test timed out (and on after it).
+# A handled signal is reset to the default at exec, so the children see Ctrl-C as a terminal sends it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Small enough for a CPU test step in tens of milliseconds, with every part of the model present.
 # One head of 16: attention over the 900 positions is most of a step's time, and grows with the
