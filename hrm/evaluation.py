@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from hrm.checkpoint import named_write_error
+from hrm.compiled import compile_fixed_shapes
 from hrm.distributed import AgreedOnEveryRank, DistInfo, agree_on_outcome, all_reduce_sum_
 from hrm.run_log import progress_bar
 
@@ -34,7 +35,7 @@ def compiled_segment(model):
     segment, not the whole prediction: the halt_max_steps segments reuse one graph, whose size and
     compile wait are those of a training step's, where the unrolled prediction would be 16 times
     that. Fixed shapes: `evaluate` then keeps the padded last batch whole, so a run compiles it once."""
-    return torch.compile(model.segment, dynamic=False)
+    return compile_fixed_shapes(model.segment)
 
 
 class EvaluationStopped(RuntimeError):

@@ -29,6 +29,7 @@ import yaml
 
 from arc_data.dataset import DatasetError, EvalBatches, TrainBatches, load_split
 from arc_data.manifest import build_identity
+from hrm.compiled import compile_fixed_shapes
 from hrm.config import ArchConfig
 from hrm.diagnostics import visit_alignment
 from hrm.distributed import (DistInfo, RefusedOnEveryRank, agree_on_outcome, all_reduce_grads_, all_reduce_sum_,
@@ -418,7 +419,7 @@ class Trainer:
         self.step_fn = self.loss_head
         compiled = switch_on(cfg.compile, auto=info.device.type == "cuda")
         if compiled:
-            self.step_fn = torch.compile(self.loss_head, dynamic=False)
+            self.step_fn = compile_fixed_shapes(self.loss_head)
         # Evaluation compiles one segment on its own (no grad, its own graph; see compiled_segment).
         self.eval_segment = None
         if switch_on(cfg.compile_eval, auto=compiled):

@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hrm.config import ArchConfig  # noqa: E402
 from hrm.flops import H200_BF16_DENSE_TFLOPS, cuda_figures, flops_per_token  # noqa: E402
+from hrm.compiled import compile_fixed_shapes  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.model import HRM  # noqa: E402
 from hrm.optim import AdamATan2  # noqa: E402
@@ -68,7 +69,7 @@ def training_step(arch: ArchConfig, batch: dict, device: torch.device, compile_m
     # puzzle_emb_ndim 0 has no puzzle table, so no sparse optimizer (as in the trainer)
     table = getattr(model, "puzzle_embedding", None)
     sparse = PuzzleSignSGD(table, lr=1e-2, weight_decay=0.1) if table is not None else None
-    forward = torch.compile(head) if compile_model else head
+    forward = compile_fixed_shapes(head) if compile_model else head   # as the trainer compiles it
     batch_size = batch["inputs"].shape[0]
 
     def step(carry):

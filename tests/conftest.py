@@ -12,12 +12,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# A suite started in the background by a shell without job control (`nohup pytest &`, `cmd &` in a
-# script) has SIGINT ignored, and an ignored signal stays ignored across exec: every pretrain.py the
-# Ctrl-C tests start would train on through their SIGINT until the test timed out (and on after it).
-# A handled signal is reset to the default at exec, so the children see Ctrl-C as a terminal sends it.
+# A suite started in the background by a shell without job control (`cmd &` in a script) has SIGINT
+# ignored, under nohup SIGHUP too, and an ignored signal stays ignored across exec: every pretrain.py
+# the Ctrl-C tests start would train on through their SIGINT until the test timed out (and on after
+# it), and the builder would not clean up on the hang-up its test sends. A handled signal is reset to
+# the default at exec, so the children get both as from a terminal; the suite itself still ignores
+# a hang-up, as nohup asked.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, lambda signum, frame: None)
 
 # Small enough for a CPU test step in tens of milliseconds, with every part of the model present.
 # One head of 16: attention over the 900 positions is most of a step's time, and grows with the

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from hrm.attention import attend
+from hrm.compiled import compile_fixed_shapes
 from hrm.config import ArchConfig
 from hrm.loss import ACTLossHead
 from hrm.model import HRM
@@ -53,7 +54,7 @@ def one_step(model: HRM, device, compile_model: bool = False) -> dict:
     dense = AdamATan2(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     sparse = PuzzleSignSGD(model.puzzle_embedding, lr=1e-2, weight_decay=0.1)
     batch = batch_on(device)
-    forward = torch.compile(head) if compile_model else head
+    forward = compile_fixed_shapes(head) if compile_model else head   # as the trainer compiles it
     model.puzzle_embedding.prepare_lookup(BATCH)  # as the trainer does: the step stays one graph
     result = forward(head.initial_carry(batch), batch)
     (result.loss / BATCH).backward()
@@ -151,12 +152,12 @@ def test_bfloat16_step_and_segment_trace_as_one_graph_on_gpu():
     batch = batch_on(DEVICE)
     torch._dynamo.reset()
     try:
-        step = torch.compile(head, backend="eager", fullgraph=True, dynamic=False)
+        step = compile_fixed_shapes(head, backend="eager", fullgraph=True)
         model.puzzle_embedding.prepare_lookup(BATCH)
         result = step(head.initial_carry(batch), batch)
         result.loss.backward()
         assert torch.isfinite(result.loss)
-        segment = torch.compile(model.segment, backend="eager", fullgraph=True, dynamic=False)
+        segment = compile_fixed_shapes(model.segment, backend="eager", fullgraph=True)
         with torch.inference_mode():
             assert model.predict(batch, segment)["preds"].shape == (BATCH, SEQ_LEN)
     finally:

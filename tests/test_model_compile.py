@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hrm.compiled import compile_fixed_shapes
 from hrm.config import ArchConfig
 from hrm.loss import ACTLossHead
 from hrm.model import HRM
@@ -38,7 +39,7 @@ def test_training_step_and_evaluation_segment_compile_without_graph_breaks(optio
              "puzzle_identifiers": torch.randint(0, 5, (4,), generator=g, dtype=torch.int32)}
     torch._dynamo.reset()
     try:
-        step = torch.compile(head, backend="eager", fullgraph=True, dynamic=False)
+        step = compile_fixed_shapes(head, backend="eager", fullgraph=True)
         carry = head.initial_carry(batch)
         for _ in range(2):
             if arch.puzzle_emb_ndim:
@@ -46,7 +47,7 @@ def test_training_step_and_evaluation_segment_compile_without_graph_breaks(optio
             carry, loss, _, _, _ = step(carry, batch)
             loss.backward()
         assert torch.isfinite(loss)
-        segment = torch.compile(model.segment, backend="eager", fullgraph=True, dynamic=False)
+        segment = compile_fixed_shapes(model.segment, backend="eager", fullgraph=True)
         with torch.inference_mode():
             assert model.predict(batch, segment)["preds"].shape == (4, 16)
     finally:

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from hrm.compiled import compile_fixed_shapes
 from hrm.config import ArchConfig
 from hrm.model import HRM
 from hrm.puzzle_embedding import PuzzleEmbedding, PuzzleSignSGD, sum_rows_by_slot
@@ -182,7 +183,7 @@ def test_compiled_act_step_is_one_graph_and_matches_eager():
         results = {}
         for name, model in (("eager", eager_model), ("compiled", compiled_model)):
             head = ACTLossHead(model).train()
-            step = torch.compile(head, backend=counter, fullgraph=True, dynamic=False) if name == "compiled" else head
+            step = compile_fixed_shapes(head, backend=counter, fullgraph=True) if name == "compiled" else head
             sparse = PuzzleSignSGD(model.puzzle_embedding, lr=0.1, weight_decay=0.1)
             g = torch.Generator().manual_seed(3)
             batches = [{"inputs": torch.randint(0, 12, (4, 8), generator=g),
