@@ -17,7 +17,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -27,7 +26,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.experiment_tools import ExperimentError, check_outputs, output_path, read_run_log  # noqa: E402
+from scripts.experiment_tools import (ExperimentError, parse_table_args, read_run_log,  # noqa: E402
+                                     write_table)
 
 MODULES = ("H", "L")
 
@@ -63,17 +63,6 @@ def alignment_rows(run_dir: Path) -> list[dict]:
     return sorted(rows, key=lambda r: r["step"])
 
 
-def _json_safe(value):
-    """nan (a sublayer visited once has no cosine) as null: strict JSON has no NaN."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _num(value: float) -> str:
     return "-" if not math.isfinite(value) else f"{value:.3f}"
 
@@ -99,20 +88,14 @@ def table_markdown(runs: dict[str, dict]) -> str:
     means = []
     for run in runs.values():
         means += [_num(_mean([row[k] for row in run["rows"]])) for k in ("H", "L", "cosine")]
-    lines += [f"| mean | " + " | ".join(means) + " |", ""]
+    lines += ["| mean | " + " | ".join(means) + " |", ""]
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders of pretrain.py trained with diagnostics_interval")
-    ap.add_argument("--out", type=Path, help="write OUT.md and OUT.json (default: print only)")
-    args = ap.parse_args(argv)
-    if args.out is not None:
-        try:
-            check_outputs(args.out, [".md", ".json"], None)
-        except ExperimentError as e:
-            ap.error(str(e))
+    args = parse_table_args(ap, argv)
     runs = {}
     try:
         for run_dir in args.runs:
@@ -124,13 +107,7 @@ def main(argv=None) -> int:
     except (ExperimentError, ValueError) as e:
         print(f"alignment_table.py: error: {e}", file=sys.stderr)
         return 1
-    markdown = table_markdown(runs)
-    if args.out is not None:
-        from evaluate.outputs import write_atomic
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(output_path(args.out, ".json"), json.dumps(_json_safe(runs), indent=1, allow_nan=False) + "\n")
-        write_atomic(output_path(args.out, ".md"), markdown)
-    print(markdown, end="")
+    write_table(args.out, table_markdown(runs), runs)
     return 0
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.experiment_tools import ExperimentError, check_outputs, output_path  # noqa: E402
+from scripts.experiment_tools import parse_table_args, output_path, write_table  # noqa: E402
 
 # (report field, row label, shown as a percentage); pass@K rows are added from the reports. The
 # percentages are accuracies (higher is better), the others losses (lower is better).
@@ -193,13 +193,8 @@ def summary_markdown(summary: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("reports", nargs="+", type=Path, help="JSON reports of scripts/compare.py, one per seed")
-    ap.add_argument("--out", type=Path, help="write OUT.md and OUT.json (default: print only)")
-    args = ap.parse_args(argv)
+    args = parse_table_args(ap, argv)
     if args.out is not None:
-        try:
-            check_outputs(args.out, [".md", ".json"], None)
-        except ExperimentError as e:
-            ap.error(str(e))
         # `--out results/compare_cpu` would write over the report of seed 0 it reads
         inputs = {p.resolve() for p in args.reports}
         clash = [str(output_path(args.out, s)) for s in (".md", ".json") if output_path(args.out, s).resolve() in inputs]
@@ -215,13 +210,7 @@ def main(argv=None) -> int:
     except SeedsError as e:
         print(f"compare_seeds.py: error: {e}", file=sys.stderr)
         return 1
-    markdown = summary_markdown(summary)
-    if args.out is not None:
-        from evaluate.outputs import write_atomic
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(output_path(args.out, ".json"), json.dumps(summary, indent=1) + "\n")
-        write_atomic(output_path(args.out, ".md"), markdown)
-    print(markdown, end="")
+    write_table(args.out, summary_markdown(summary), summary)
     return 0
 
 

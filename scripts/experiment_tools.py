@@ -8,6 +8,7 @@ by hand from the commands they print.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -136,6 +137,42 @@ def check_outputs(out: Path, suffixes: list[str], work: Path | None) -> None:
             check_output_dir(work, "--work")
     except EvaluationInputError as e:
         raise ExperimentError(str(e)) from None
+
+
+def parse_table_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """The arguments of a script that reads runs or reports into one table (compare_seeds.py,
+    alignment_table.py), with its --out (OUT.md and OUT.json, or only the table on stdout) refused
+    by argparse (exit 2) before anything is read when it could not be written."""
+    ap.add_argument("--out", type=Path, help="write OUT.md and OUT.json (default: print only)")
+    args = ap.parse_args(argv)
+    if args.out is not None:
+        try:
+            check_outputs(args.out, [".md", ".json"], None)
+        except ExperimentError as e:
+            ap.error(str(e))
+    return args
+
+
+def json_safe(value):
+    """nan and inf as null, in nested dicts and lists: strict JSON has neither."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_table(out: Path | None, markdown: str, data) -> None:
+    """OUT.json and OUT.md, each whole or not at all (a rename over an earlier table), then the
+    table on stdout."""
+    if out is not None:
+        from evaluate.outputs import write_atomic
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(output_path(out, ".json"), json.dumps(json_safe(data), indent=1, allow_nan=False) + "\n")
+        write_atomic(output_path(out, ".md"), markdown)
+    print(markdown, end="")
 
 
 def remove_unless_training(folder: Path, run_dir: Path, who: str) -> None:
