@@ -63,10 +63,15 @@ class BuildTasks:
 
 def answer_grid(rows: list) -> np.ndarray:
     """An answer of vote.py --json (a list of rows of colours, [] for an empty answer) as a grid."""
-    grid = np.array(rows, dtype=np.uint8).reshape(len(rows), -1) if rows else np.zeros((0, 0), np.uint8)
-    if grid.size and grid.max() > 9:
-        raise ValueError(f"an answer holds colour {grid.max()}; ARC's are 0-9")
-    return grid
+    if not rows:
+        return np.zeros((0, 0), np.uint8)
+    # checked before the cast to uint8: NumPy 1.x wraps 265 to 9 there, and 1.5 truncates on any
+    grid = np.array(rows).reshape(len(rows), -1)
+    if grid.dtype.kind not in "iu":
+        raise ValueError(f"an answer holds {grid.dtype} values; ARC's colours are whole numbers 0-9")
+    if grid.size and (grid.min() < 0 or grid.max() > 9):
+        raise ValueError(f"an answer holds colour {grid.min() if grid.min() < 0 else grid.max()}; ARC's are 0-9")
+    return grid.astype(np.uint8)
 
 
 def add_votes(view: TaskView, result: dict, top: int) -> TaskView:

@@ -262,6 +262,10 @@ def test_task_names_with_slashes_stay_inside_out(tmp_path):
     (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid="12"), "the entry of task 'task_one' is"),
     (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid=[[1, 2], [3]]), "the entry of task 'task_one' is"),
     (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid=[[300]]), "the entry of task 'task_one' is"),
+    # 265 passed as colour 9 under NumPy 1.x (the cast to uint8 wrapped it); 1.5 as 1 under any
+    (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid=[[265]]), "the entry of task 'task_one' is"),
+    (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid=[[1.5]]), "the entry of task 'task_one' is"),
+    (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid=[[-1]]), "the entry of task 'task_one' is"),
     (lambda t: t["task_one"]["pairs"][0]["top"][0].update(grid=[[12, 1]]), "the entry of task 'task_one' is"),
     (lambda t: t["task_one"]["pairs"][0].update(top=None), "the entry of task 'task_one' is"),
     (lambda t: t["task_one"].update(pairs=[7]), "the entry of task 'task_one' is"),
