@@ -143,11 +143,12 @@ def launch(hydra_config: DictConfig) -> None:
     except KeyboardInterrupt:   # Ctrl-C: where things stand, not a traceback (once per machine)
         if trainer is None:     # before this job trained: said as one between two jobs (__main__)
             raise
-        if speaks_for_node():
-            print(f"\npretrain.py: interrupted {where_the_run_stands(trainer, later_jobs(config, trainer, tag))}",
-                  file=sys.stderr, flush=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except Exception:
+        say_interrupted(trainer, config, tag)
+    except Exception as e:
+        if interrupted_underneath(e):   # Ctrl-C, which a library's clean-up turned into its own error
+            if trainer is None:
+                raise KeyboardInterrupt from e
+            say_interrupted(trainer, config, tag)
         if is_multirun() and info.world_size > 1:
             # Hydra notes a job's exception and starts the next job; under torchrun this rank alone
             # would, while the others still wait in this job's collectives (one GPU out of memory:
@@ -173,6 +174,28 @@ def launch(hydra_config: DictConfig) -> None:
         # talks to it aborts the peer, and a rank that exits early makes torchrun stop the rest.
         if not (is_multirun() and finished):
             shutdown(wait_for_peers=finished or agreed)
+
+
+def say_interrupted(trainer, config: PretrainConfig, tag: str) -> None:
+    """Ctrl-C during a job: where the run stands, not a traceback (once per machine); exit 130."""
+    if speaks_for_node():
+        print(f"\npretrain.py: interrupted {where_the_run_stands(trainer, later_jobs(config, trainer, tag))}",
+              file=sys.stderr, flush=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def interrupted_underneath(error: BaseException) -> bool:
+    """Whether a Ctrl-C lies behind `error`. One that lands inside torch.save stops its zip writer
+    mid-record; the writer's clean-up then fails on the half-written file ('unexpected pos 47808 vs
+    47696') and that RuntimeError, with the KeyboardInterrupt only as its context, is what comes up:
+    a Ctrl-C during a checkpoint was a traceback and exit 1."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 class SigtermOutsideTraining(BaseException):
