@@ -69,8 +69,9 @@ def answer_grid(rows: list) -> np.ndarray:
     grid = np.array(rows).reshape(len(rows), -1)
     if grid.dtype.kind not in "iu":
         raise ValueError(f"an answer holds {grid.dtype} values; ARC's colours are whole numbers 0-9")
-    if grid.size and (grid.min() < 0 or grid.max() > 9):
-        raise ValueError(f"an answer holds colour {grid.min() if grid.min() < 0 else grid.max()}; ARC's are 0-9")
+    low, high = (grid.min(), grid.max()) if grid.size else (0, 0)
+    if low < 0 or high > 9:
+        raise ValueError(f"an answer holds colour {low if low < 0 else high}; ARC's are 0-9")
     return grid.astype(np.uint8)
 
 

@@ -35,9 +35,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from hrm.compiled import compile_fixed_shapes  # noqa: E402
 from hrm.config import ArchConfig  # noqa: E402
 from hrm.flops import H200_BF16_DENSE_TFLOPS, cuda_figures, flops_per_token  # noqa: E402
-from hrm.compiled import compile_fixed_shapes  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.model import HRM  # noqa: E402
 from hrm.optim import AdamATan2  # noqa: E402

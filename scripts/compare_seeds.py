@@ -129,10 +129,11 @@ def summarize(reports: dict[Path, dict]) -> dict:
         per_arm = {name: [figure(r["arms"][name], key) for _, r in ordered] for name in names}
         a, b = (per_arm[name] for name in names)
         difference = [None if x is None or y is None else y - x for x, y in zip(a, b)]
+        difference_spread = spread(difference)
         rows.append({"metric": key, "label": label, "percent": percent,
                      "values": per_arm, "spread": {name: spread(v) for name, v in per_arm.items()},
-                     "difference": difference, "difference_spread": spread(difference),
-                     "paired_t": paired_t(spread(difference)),
+                     "difference": difference, "difference_spread": difference_spread,
+                     "paired_t": paired_t(difference_spread),
                      # seeds where the second arm did better (a tie is neither)
                      "second_better": sum(d is not None and (d > 0 if percent else d < 0) for d in difference)})
     return {"preset": ordered[0][1]["preset"], "seeds": seeds, "files": [str(p) for p, _ in ordered],
