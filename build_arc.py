@@ -109,7 +109,8 @@ def main(argv=None) -> int:
         print(f"build_arc.py: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as e:   # a source it may not read, a full disk: build() has removed its temporary folder
-        print(f"build_arc.py: error: {e.filename or cfg.output_dir}: {e.strerror or e} (no build was written)",
+        # cfg.output_dir is None without --output-dir: name the default folder the build was going to
+        print(f"build_arc.py: error: {e.filename or cfg.resolved_output()}: {e.strerror or e} (no build was written)",
               file=sys.stderr)
         return EXIT_BAD_INPUT
     except InterruptedAfterBuild as e:

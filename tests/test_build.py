@@ -249,6 +249,21 @@ def test_a_disk_error_while_writing_is_one_line_and_leaves_nothing(tmp_path, cap
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
+def test_a_disk_error_with_the_default_output_dir_names_that_folder(tmp_path, capsys, monkeypatch):
+    """Without --output-dir the error line named "None" (the option's value) instead of the default
+    folder the build was written to."""
+    from arc_data import writer
+
+    def disk_full(self, data):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(writer.HashingFile, "write", disk_full)
+    monkeypatch.chdir(tmp_path)
+    assert build_arc.main(["--num-aug", "1", "--limit-tasks", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("build_arc.py: error: data/arc-aug-1000: No space left on device (no build was written)\n"), err
+    assert not (tmp_path / "data" / "arc-aug-1000").exists()
+
+
 def test_same_task_name_from_two_sources_is_refused(tmp_path, capsys):
     write_task(tmp_path / "one" / "training", "dup", small_task(0))
     write_task(tmp_path / "two" / "concept", "dup", small_task(1))
