@@ -197,8 +197,11 @@ class SwiGLU(nn.Module):
         hooked = bool(self.gate_up_proj._forward_hooks or self.down_proj._forward_hooks)
         grad = torch.is_grad_enabled()
         # Under torch.compile the graph path stays plain autograd: inductor fuses it itself (and
-        # measured no faster with the hand-written backward traced in).
-        if x.is_cuda or hooked or (grad and torch.compiler.is_compiling()):
+        # measured no faster with the hand-written backward traced in). The blocked backward sums
+        # d(W) block by block in x's dtype: in bfloat16/float16 that rounds at every block, so those
+        # take autograd's single product (which accumulates in float32) when there is a graph.
+        low_precision = x.dtype in (torch.bfloat16, torch.float16)
+        if x.is_cuda or hooked or (grad and (torch.compiler.is_compiling() or low_precision)):
             gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
             if grad:
                 return self.down_proj(F.silu(gate) * up)
