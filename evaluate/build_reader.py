@@ -15,7 +15,7 @@ from arc_data.augment import parse_augmentation_name
 from arc_data.encoding import COLOUR_OFFSET, MAX_GRID, SEQ_LEN, VOCAB_SIZE, crop
 from evaluate.errors import EvaluationInputError
 from evaluate.identifiers import Identifiers
-from evaluate.npz_reader import read_npy_header
+from evaluate.npz_reader import NPY_HEADER_ERRORS, read_npy_header
 
 SPLIT_ARRAYS = ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "group_indices")
 
@@ -48,7 +48,7 @@ def load_small_array(path: Path) -> np.ndarray:
     such as "cannot reshape array of size 3 into shape (5,)", name no file)."""
     try:
         return np.load(path)
-    except (ValueError, EOFError, OSError) as e:
+    except (*NPY_HEADER_ERRORS, EOFError, OSError) as e:
         raise EvaluationInputError(f"{path}: not a complete .npy array ({e}); rebuild the data") from None
 
 

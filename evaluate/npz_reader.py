@@ -12,6 +12,7 @@ ARC-AGI-1 evaluation, 10 s and 1 GB when they were written with ``np.savez_compr
 from __future__ import annotations
 
 import struct
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -20,6 +21,10 @@ import numpy as np
 
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")    # zip local file header, 30 bytes
 _READ_BLOCK = 1 << 20
+# what numpy's .npy header parser raises for a damaged header besides ValueError: a header that is
+# not a Python literal is tokenized again (its fallback for headers written by Python 2), and an
+# unclosed bracket ends there, in a TokenError
+NPY_HEADER_ERRORS = (ValueError, tokenize.TokenError)
 
 
 def _member_data_offset(f, info: zipfile.ZipInfo) -> int:
@@ -31,11 +36,14 @@ def _member_data_offset(f, info: zipfile.ZipInfo) -> int:
 
 def read_npy_header(f) -> tuple[tuple, bool, np.dtype]:
     """(shape, fortran order, dtype) of the .npy header at the position of the file-like `f`,
-    which it leaves at the start of the data."""
+    which it leaves at the start of the data; a damaged header is a ValueError."""
     version = np.lib.format.read_magic(f)
     read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                    else np.lib.format.read_array_header_2_0)
-    return read_header(f)
+    try:
+        return read_header(f)
+    except tokenize.TokenError as e:
+        raise ValueError(f"cannot parse the .npy header ({e.args[0]})") from None
 
 
 class _Inflater:

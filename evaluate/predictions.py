@@ -118,7 +118,8 @@ class PredictionFile:
         self.path = Path(path)
         try:
             arrays = open_npz(self.path)
-        except (OSError, ValueError, zipfile.BadZipFile) as e:
+        except (OSError, ValueError, zipfile.BadZipFile, zlib.error) as e:
+            # zlib.error: a compressed member whose first bytes (its .npy header) do not inflate
             raise EvaluationInputError(f"{path}: not a readable .npz file ({e})") from None
         missing = [k for k in ARRAYS if k not in arrays]
         if missing:

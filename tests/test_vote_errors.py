@@ -80,6 +80,44 @@ def test_a_damaged_compressed_member_names_the_file(build, tmp_path):
         voted(build, path)
 
 
+
+def test_a_compressed_member_damaged_in_its_header_names_the_file(build, tmp_path):
+    # the first bytes of a deflated member hold the .npy header, read when the file is opened
+    import zipfile
+    from evaluate.npz_reader import _member_data_offset
+    path = tmp_path / "damaged.npz"
+    np.savez_compressed(path, **Predictions(build, TASKS).add("task_one", 0, truth("task_one")).arrays())
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+        start = _member_data_offset(f, z.getinfo("preds.npy"))
+    raw[start:start + 8] = bytes(b ^ 0xA5 for b in raw[start:start + 8])
+    path.write_bytes(bytes(raw))
+    with pytest.raises(EvaluationInputError, match=r"damaged.npz: not a readable .npz file"):
+        voted(build, path)
+
+
+def unbalance_npy_header(raw: bytes) -> bytes:
+    """An .npy header (alone or inside a stored .npz member) with its shape's bracket left open and
+    the same length: numpy's parser for Python 2 headers then fails in the tokenizer."""
+    start = raw.index(b"'shape': (")
+    end = raw.index(b"}", start)
+    return raw[:start] + raw[start:end].replace(b")", b" ").replace(b",", b" ") + b" " + raw[end + 1:]
+
+
+def test_a_prediction_array_with_an_unreadable_header_names_the_file(build, tmp_path):
+    path = Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(tmp_path / "p.npz")
+    path.write_bytes(unbalance_npy_header(path.read_bytes()))
+    with pytest.raises(EvaluationInputError, match=r"p.npz: not a readable .npz file"):
+        voted(build, path)
+
+
+@pytest.mark.parametrize("name", ["all__inputs.npy", "all__puzzle_indices.npy"])
+def test_a_build_array_with_an_unreadable_header_names_the_file(build, name):
+    path = build / "test" / name
+    path.write_bytes(unbalance_npy_header(path.read_bytes()))
+    with pytest.raises(EvaluationInputError, match=rf"{path}: not a complete .npy"):
+        load_test_split(build)
+
 def test_int64_predictions_are_accepted(build, tmp_path):
     p = Predictions(build, TASKS).add("task_one", 0, truth("task_one"))
     path = p.save(tmp_path / "p.npz", preds=p.arrays()["preds"].astype(np.int64),
