@@ -41,9 +41,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      check_outputs, divergence_step, exact_text, latest_checkpoint, last_eval,
-                                      output_path, read_run_log, remove_unless_training, run_logged, shell_line,
-                                      gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
+                                      check_outputs, divergence_step, exact_text, json_safe, latest_checkpoint,
+                                      last_eval, output_path, read_run_log, remove_unless_training, run_logged,
+                                      shell_line, gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
 # batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model
 from scripts.run_status import (DEFAULT_WINDOW as FINAL_WINDOW, EXIT_DIVERGED, EXIT_INTERRUPTED, STUCK,  # noqa: E402
@@ -566,7 +566,9 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # whole or not at all (a full disk): a rename over the file of an earlier comparison
     from evaluate.outputs import write_atomic
-    write_atomic(output_path(args.out, ".json"), json.dumps(report, indent=1) + "\n")
+    # strict JSON, as the other tables: an arm that diverged before its first logged step has no
+    # final or lowest train loss (NaN in memory), written as null, not as the bare NaN JSON lacks
+    write_atomic(output_path(args.out, ".json"), json.dumps(json_safe(report), indent=1, allow_nan=False) + "\n")
     write_atomic(output_path(args.out, ".md"), markdown)
     say(f"wrote {output_path(args.out, '.md')} and {output_path(args.out, '.json')}")
     print(markdown)

@@ -634,3 +634,27 @@ def test_a_dot_in_out_is_part_of_the_file_names(tmp_path):
     with pytest.raises(SystemExit) as e:
         compare.parse_args(["--preset", "cpu", "--out", str(tmp_path / "sweep_lr0.01"), "--work", str(tmp_path / "w")])
     assert e.value.code == 2
+
+
+def test_an_arm_that_diverged_before_logging_a_step_leaves_strict_json(small_build, tmp_path, monkeypatch):
+    """A non-finite loss at step 1 leaves no train loss in log.jsonl: the arm's final and lowest
+    train losses have no value. They were written as NaN, which strict JSON readers refuse."""
+    from evaluate.predict import default_batch_size
+    fake, _ = fake_paper_tools(small_build, default_batch_size("auto"), True, diverges={"hrm_v1"})
+
+    def diverges_at_once(cmd, log, **kwargs):
+        result = fake(cmd, log, **kwargs)
+        if kwargs["step"] == "hrm_v1 training":
+            (Path(log).parent / "log.jsonl").write_text(json.dumps({"step": 0, "num_params": 10}) + "\n")
+        return result
+    monkeypatch.setattr(compare, "run_logged", diverges_at_once)
+    out = tmp_path / "paper"
+    assert compare.main(["--preset", "paper", "--launch", "--data", str(small_build), "--nproc", "1",
+                         "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    report = json.loads(out.with_suffix(".json").read_text(), parse_constant=refuse)
+    base = report["arms"]["hrm_v1"]
+    assert (base["outcome"], base["final_train_lm_loss"], base["min_train_lm_loss"]) == ("diverged", None, None)
+    assert "| final train LM loss (mean of last 50 steps, or all) | - |" in out.with_suffix(".md").read_text()
