@@ -130,8 +130,13 @@ def summarize(reports: dict[Path, dict]) -> dict:
         a, b = (per_arm[name] for name in names)
         difference = [None if x is None or y is None else y - x for x, y in zip(a, b)]
         difference_spread = spread(difference)
+        # each arm's mean over the seeds where both arms have the figure (the differences' seeds): a
+        # seed one arm diverged in, in the other's mean alone, would set two means of different seeds
+        # side by side
+        paired = {name: [v if d is not None else None for v, d in zip(values, difference)]
+                  for name, values in per_arm.items()}
         rows.append({"metric": key, "label": label, "percent": percent,
-                     "values": per_arm, "spread": {name: spread(v) for name, v in per_arm.items()},
+                     "values": per_arm, "spread": {name: spread(v) for name, v in paired.items()},
                      "difference": difference, "difference_spread": difference_spread,
                      "paired_t": paired_t(difference_spread),
                      # seeds where the second arm did better (a tie is neither)

@@ -106,3 +106,15 @@ def test_the_committed_table_is_what_the_committed_reports_give(monkeypatch, cap
     assert len(reports) == 8
     assert compare_seeds.main(reports) == 0
     assert capsys.readouterr().out == (REPO / "results/compare_cpu_over_seeds.md").read_text()
+
+
+def test_the_arms_means_are_over_the_seeds_where_both_arms_have_the_figure(tmp_path, capsys):
+    """As the docstring says: a seed where one arm diverged is in neither arm's mean, so the two
+    means are of the same seeds and differ by the mean paired difference. The baseline's mean was
+    over both seeds (1.1000 ± 0.1414 (2)) beside deeploop's over one."""
+    files = [write(tmp_path, "a.json", report(0, {"baseline": 1.0, "deeploop": 0.9})),
+             write(tmp_path, "b.json", report(1, {"baseline": 1.2, "deeploop": 1.3}, diverged="deeploop"))]
+    assert compare_seeds.main(files) == 0
+    table = capsys.readouterr().out
+    assert "| eval LM loss, baseline | 1.0000 | 1.2000 | 1.0000 (1) | | |" in table   # its seed-1 figure still shown
+    assert "| eval LM loss, deeploop | 0.9000 | - | 0.9000 (1) | | |" in table
