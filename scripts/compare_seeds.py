@@ -4,7 +4,7 @@ A single seed cannot tell a scaling effect from the spread between seeds (on the
 baseline's eval loss moves by more than the gap between the arms). This reads the JSON reports of
 runs made with different --seed and otherwise the same settings, checks that they are comparable
 (same preset, same arms, same build digest, the same training commands apart from the seed and
-the run folders), and writes per seed and as mean +- sample standard deviation: each arm's final
+the run folders, each report's commands trained with the seed it names), and writes per seed and as mean +- sample standard deviation: each arm's final
 train LM loss, eval LM loss and accuracies and pass@K, and the paired difference between the arms
 (second arm minus first, seed by seed) with the number of seeds where the second did better and the
 paired t statistic (n - 1 degrees of freedom; |t| > 2.36 is p < 0.05 two-sided for 8 seeds).
@@ -74,6 +74,14 @@ def check_comparable(reports: dict[Path, dict]) -> None:
     (first_path, first), *rest = reports.items()
     seeds = {}
     for path, report in reports.items():
+        # the seed= a command trained with is left out of the comparison below, so it must be the
+        # report's: `compare.py --report` writes its own --seed (default 0) beside the commands its
+        # runs were trained with, and one seed's runs reported twice would count as two seeds
+        for name, arm in report["arms"].items():
+            trained = [t.removeprefix("seed=") for t in shlex.split(arm.get("command") or "") if t.startswith("seed=")]
+            if trained and trained[-1] != str(report["seed"]):
+                raise SeedsError(f"{path}: it says seed {report['seed']}, but its {name} arm trained with "
+                                 f"seed={trained[-1]} (a --report made without that run's --seed?)")
         if report["seed"] in seeds:
             raise SeedsError(f"{path} and {seeds[report['seed']]} are both seed {report['seed']}: "
                              f"each seed once")

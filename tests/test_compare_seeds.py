@@ -118,3 +118,17 @@ def test_the_arms_means_are_over_the_seeds_where_both_arms_have_the_figure(tmp_p
     table = capsys.readouterr().out
     assert "| eval LM loss, baseline | 1.0000 | 1.2000 | 1.0000 (1) | | |" in table   # its seed-1 figure still shown
     assert "| eval LM loss, deeploop | 0.9000 | - | 0.9000 (1) | | |" in table
+
+
+def test_a_report_whose_runs_trained_with_another_seed_is_refused(tmp_path, capsys):
+    """`compare.py --report` writes the seed of its --seed flag (default 0), while its table's
+    commands are the ones its runs trained with: seed 1's runs reported again with --seed 2 were
+    taken for a third seed, the same runs counted twice (seed= is left out of the comparison)."""
+    again = report(2, {"baseline": 1.2, "deeploop": 1.3})
+    for arm in again["arms"].values():
+        arm["command"] = arm["command"].replace("seed=2", "seed=1")
+    files = [write(tmp_path, "s1.json", report(1, {"baseline": 1.2, "deeploop": 1.3})),
+             write(tmp_path, "again.json", again)]
+    assert compare_seeds.main(files) == 1
+    err = capsys.readouterr().err
+    assert "again.json: it says seed 2, but its baseline arm trained with seed=1" in err, err
