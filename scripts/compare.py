@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       check_outputs, divergence_step, exact_text, json_safe, latest_checkpoint,
                                       last_eval, output_path, read_run_log, remove_unless_training, run_logged,
-                                      shell_line, gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
+                                      seed_of, shell_line, gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
 # batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model
 from scripts.run_status import (DEFAULT_WINDOW as FINAL_WINDOW, EXIT_DIVERGED, EXIT_INTERRUPTED, STUCK,  # noqa: E402
@@ -275,6 +275,12 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
     evaluation = last_eval(log)
     vote = None if diverged_at is not None else json.loads((run_dir / "vote.json").read_text())
     command, recorded = training_command(recipe, arm)
+    trained, meant = seed_of(command), seed_of(shell_line(recipe.train_cmd(arm)))
+    if recorded and trained is not None and trained != meant:
+        # the report names this invocation's --seed: one seed's runs reported under another would
+        # count as a second seed in compare_seeds.py
+        raise ExperimentError(f"{run_dir}: trained with seed={trained}, but this report is for "
+                              f"--seed {meant}; pass --seed {trained}")
     return {
         "label": arm.label,
         "command": command, "command_recorded": recorded,

