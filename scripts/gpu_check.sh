@@ -31,7 +31,7 @@
 # gradient-visible block visit, 8 visits: ~17 GB at batch 96, ~140 GB at 768 (an H200 holds 141 GB).
 # The JSON reports the peak.
 #
-# REHEARSE=1 runs every phase on the CPU at toy sizes, on a 2-task build of its own (~40 s, no GPU
+# REHEARSE=1 runs every phase on the CPU at toy sizes, on a 4-task build of its own (2 per subset) (~40 s, no GPU
 # needed; tests/test_gpu_check.py does), so that a change to this script is checked before it
 # spends GPU time.
 #

@@ -18,7 +18,7 @@ PY=${PYTHON:-python}
 OUT=${WHEELS:-.gpu-wheels}
 DATA=${DATA:-data/gpu-check}
 
-# gpu_check.sh's build (32 tasks, 64 augmentations): one already at $DATA made with other settings is
+# gpu_check.sh's build (the first 32 tasks of each subset, 64 augmentations): one already at $DATA made with other settings is
 # refused, not shipped
 source scripts/gpu_check_build.sh
 gpu_check_build "$DATA" 32 64
