@@ -275,7 +275,7 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
     evaluation = last_eval(log)
     vote = None if diverged_at is not None else json.loads((run_dir / "vote.json").read_text())
     command, recorded = training_command(recipe, arm)
-    trained, meant = seed_of(command), seed_of(shell_line(recipe.train_cmd(arm)))
+    trained, meant = seed_of(command), seed_of(recipe.train_cmd(arm))
     if recorded and trained is not None and trained != meant:
         # the report names this invocation's --seed: one seed's runs reported under another would
         # count as a second seed in compare_seeds.py

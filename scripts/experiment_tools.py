@@ -230,9 +230,11 @@ def gpu_env(gpu: str | None) -> dict | None:
     return {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None
 
 
-def seed_of(command: str) -> str | None:
-    """The seed= a pretrain.py command line sets (the last one, which Hydra takes); None: none set."""
-    seeds = [t.removeprefix("seed=") for t in shlex.split(command) if t.startswith("seed=")]
+def seed_of(command: str | list[str]) -> str | None:
+    """The seed= a pretrain.py command (a shell line or its arguments) sets: the last one, which
+    Hydra takes; None: none set."""
+    tokens = shlex.split(command) if isinstance(command, str) else command
+    seeds = [t.removeprefix("seed=") for t in tokens if t.startswith("seed=")]
     return seeds[-1] if seeds else None
 
 
