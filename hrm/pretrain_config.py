@@ -18,6 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from hrm.config import ArchConfig, refuse_bool
 
 
+class FieldError(ValueError):
+    """A check across fields (a model validator) that is about one of them: pydantic gives such an
+    error no location, so it carries the field it names for format_validation_error."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 class WandbConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     mode: Literal["auto", "online", "offline", "disabled"] = "auto"
@@ -87,8 +96,8 @@ class PretrainConfig(BaseModel):
     @model_validator(mode="after")
     def _auto_resume_names_its_run(self):
         if self.resume == "auto" and not (self.run_name or self.checkpoint_path):
-            raise ValueError("resume=auto needs run_name or checkpoint_path: a default run name holds the "
-                             "time it started, so the same command run again would not find its run")
+            raise FieldError("resume", "resume=auto needs run_name or checkpoint_path: a default run name holds "
+                             "the time it started, so the same command run again would not find its run")
         return self
 
     @model_validator(mode="after")
@@ -96,14 +105,15 @@ class PretrainConfig(BaseModel):
         # float16 (unlike bfloat16) needs loss scaling, which this trainer does not do: small
         # gradients would flush to zero without a word (the model itself still runs in float16)
         if self.arch.forward_dtype == "float16":
-            raise ValueError("arch.forward_dtype=float16 trains without the loss scaling float16 needs (small "
-                             "gradients underflow to zero); use bfloat16 (auto on CUDA) or float32")
+            raise FieldError("arch.forward_dtype", "arch.forward_dtype=float16 trains without the loss scaling "
+                             "float16 needs (small gradients underflow to zero); use bfloat16 (auto on CUDA) "
+                             "or float32")
         return self
 
     @model_validator(mode="after")
     def _eval_interval_divides_epochs(self):
         if self.eval_interval is not None and self.epochs % self.eval_interval:
-            raise ValueError(f"eval_interval={self.eval_interval} must divide epochs={self.epochs}")
+            raise FieldError("eval_interval", f"eval_interval={self.eval_interval} must divide epochs={self.epochs}")
         return self
 
     def check_world_size(self, world_size: int) -> None:
@@ -147,7 +157,8 @@ def format_validation_error(err: ValidationError) -> str:
     """One line per bad field, dotted like a Hydra override (`arch.scaling.p: ...`)."""
     lines = []
     for e in err.errors():
-        where = ".".join(str(x) for x in e["loc"]) or "config"
+        error = e.get("ctx", {}).get("error")
+        where = ".".join(str(x) for x in e["loc"]) or getattr(error, "field", "config")
         msg = e["msg"].removeprefix("Value error, ")
         shown = e["type"] != "missing" and not isinstance(e["input"], dict)
         lines.append(f"  {where}: {msg}" + (f" (got {e['input']!r})" if shown else ""))
