@@ -325,10 +325,7 @@ class Trainer:
         broadcast_module_(self.model, info)   # every rank from rank 0's weights (a checkpoint's too), to be sure
         # The run's newest checkpoint, continued in its folder, already holds this state: the loop
         # need not write it again (a finished run resumed, a stop during the evaluation it runs first)
-        self.saved_step = None
-        if self.continues_own_run and (cfg.resume in ("latest", "auto")
-                                       or Path(cfg.resume).resolve() == self.run_dir.resolve()):
-            self.saved_step = self.step
+        self.saved_step = self.step if self.resumed_newest else None
         self.resolved_config = cfg.model_dump(mode="json", by_alias=True)  # logged, saved in checkpoints
         self.log = None
 
@@ -397,6 +394,7 @@ class Trainer:
         self.diagnostics_failed = False  # rank 0's visit alignment failed once: not tried again
         # A log and a W&B run of its own (a fresh run, a branch), unless _resume continues the run's
         self.wandb_id, self.continues_own_run = new_wandb_run_id(self.run_name), False
+        self.resumed_newest = False     # resumed from the checkpoint `latest` names in the run's own folder
         if cfg.resume:
             return self._resume()
         self._check_fresh_folder()
@@ -488,6 +486,10 @@ class Trainer:
             # name it started with (this start may give another run_name)
             self.wandb_id = state["wandb_id"] or wandb_run_id(state["run_name"] or self.run_name)
             self.continues_own_run = True
+            # resume=latest, its folder or that step named: the save resumed is the run's newest,
+            # which the end need not write again; an older step continued is saved anew, so that
+            # `latest` names where the run now stands
+            self.resumed_newest = ckpt.resolve() == resolve_resume("latest", self.run_dir).resolve()
         # torch's load_state_dict brings back the saved groups' settings too; this run's config
         # says what they are now (the lr comes from the schedule at every step)
         settings = {"dense": dict(betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay),
