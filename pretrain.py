@@ -338,7 +338,7 @@ def check_overrides(argv: list[str]) -> None:
         message = str(e)
         if message.startswith("Could not override"):   # an unknown key: name the nearest known ones
             try:
-                message = explain_unknown_key(message, hydra.compose_config(
+                message = explain_unknown_key(e, hydra.compose_config(
                     config_name, [], run_mode=RunMode.RUN, with_log_configuration=False))
             except (HydraException, OmegaConfBaseException):
                 pass    # the config without overrides fails too: its own error comes first

@@ -211,17 +211,21 @@ def exit_bad_config(message: str):
     sys.exit(EXIT_BAD_CONFIG)
 
 
-def explain_unknown_key(message: str, config) -> str:
-    """Hydra's "Could not override 'arch.hidden_sz'. To append to your config use +arch.hidden_sz=3",
-    with its advice (an appended key is refused here all the same: every field is known) replaced
-    by the nearest keys of `config` (a composed DictConfig), if any are close."""
+def explain_unknown_key(error: BaseException, config) -> str:
+    """Hydra's "Could not override 'arch.hidden_sz'. To append to your config use +arch.hidden_sz=3"
+    (`error`), with its advice (an appended key is refused here all the same: every field is known)
+    replaced by the nearest keys of `config` (a composed DictConfig), if any are close. The unknown
+    key is the one OmegaConf names under it: for a dict value (`arch.scaling.H={q:0.3}`) Hydra names
+    the key overridden, which exists, and the unknown one inside it went unsaid."""
     import difflib
     import re
 
     from omegaconf import OmegaConf
+    message = str(error)
     found = re.match(r"Could not override '([^']+)'", message)
     if not found:
         return message
+    unknown = getattr(error.__cause__, "full_key", None) or found[1]
     keys = []
 
     def walk(node, prefix):
@@ -232,9 +236,9 @@ def explain_unknown_key(message: str, config) -> str:
             if isinstance(value, dict):
                 walk(value, f"{prefix}{key}.")
     walk(OmegaConf.to_container(config, resolve=False), "")
-    close = difflib.get_close_matches(found[1], keys, n=3, cutoff=0.7)
+    close = difflib.get_close_matches(unknown, keys, n=3, cutoff=0.7)
     advice = f" Did you mean {' or '.join(close)}?" if close else ""
-    return f"no such key: {found[1]!r}.{advice}"
+    return f"no such key: {unknown!r}.{advice}"
 
 
 # What a value on pretrain.py's command line may hold unquoted: Hydra's override grammar reads `=`,

@@ -188,7 +188,7 @@ def validated_config(compose, world_size: int = 1, known: DictConfig | None = No
     except ValidationError as e:
         return format_validation_error(e)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        return explain_unknown_key(str(e), known) if known is not None else str(e)
+        return explain_unknown_key(e, known) if known is not None else str(e)
     return config
 
 

@@ -416,6 +416,7 @@ def test_cells_that_would_share_a_folder_are_refused(small_build, tmp_path, monk
 
 
 @pytest.mark.parametrize("override, reason", [("arch.hidden_sz=3", "no such key: 'arch.hidden_sz'. Did you mean arch.hidden_size?"),
+                                              ("wandb={mode:offline,entty:x}", "no such key: 'wandb.entty'. Did you mean wandb.entity?"),
                                               ("arch.hidden_size=3", "not divisible by num_heads")])
 def test_a_bad_override_is_refused_with_its_reason_before_any_cell(small_build, tmp_path, override, reason, capsys):
     work = tmp_path / "work"

@@ -96,6 +96,10 @@ def test_python_defaults_are_the_config_files():
     (["seed=99999999999999999999"], "seed"),         # torch.manual_seed: "Overflow when unpacking long long"
     (["keep_checkpoints=true"], "keep_checkpoints"),  # pydantic reads true as 1: one checkpoint kept
     (["arch.forward_dtype=float16"], "arch.forward_dtype"),  # no loss scaling: gradients would underflow
+    (["run_name=../../escape"], "run_name"),         # a run folder outside checkpoints/
+    (["run_name=a/b"], "run_name"),                  # nested folders
+    (["project_name=.."], "project_name"),
+    (["arch.name=x/y"], "arch.name"),                # names the default run: <arch>-<time>
 ])
 def test_bad_config_names_the_field(small_build, overrides, field):
     from pydantic import ValidationError
