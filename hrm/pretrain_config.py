@@ -94,6 +94,24 @@ class PretrainConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _names_are_one_folder(self):
+        # each names one folder of checkpoints/<project>/<run> (arch.name through the default run
+        # name, <arch>-<time>): `run_name=a/b` nested folders and `run_name=../../x` wrote outside
+        # checkpoints/, without a word; a folder elsewhere is what checkpoint_path is for (which
+        # makes them labels)
+        if self.checkpoint_path:
+            return self
+        names = {"project_name": self.project_name, "run_name": self.run_name}
+        if self.run_name is None:
+            names["arch.name"] = self.arch.name
+        for field, name in names.items():
+            if name is not None and ("/" in name or os.sep in name or name in (".", "..")):
+                raise FieldError(field, f"{field}={name!r} names a folder of checkpoints/<project>/<run>, so it is "
+                                 f"one folder name: no '/', not '.' or '..'; to write elsewhere, give "
+                                 f"checkpoint_path (the run's folder itself)")
+        return self
+
+    @model_validator(mode="after")
     def _auto_resume_names_its_run(self):
         if self.resume == "auto" and not (self.run_name or self.checkpoint_path):
             raise FieldError("resume", "resume=auto needs run_name or checkpoint_path: a default run name holds "
@@ -137,15 +155,22 @@ def numbers_as_text(config: dict) -> dict:
     """The composed config with Hydra's numbers in text fields made text again: `run_name=123` comes
     as the integer 123, which is the name typed (and which joined to a path before validation was a
     TypeError); in Hydra's integer form, so `1_000` and `+5` read 1000 and 5. A float is refused with
-    the way out: `run_name=1e3` comes as 1000.0, far from what was typed."""
+    the way out: `run_name=1e3` comes as 1000.0, far from what was typed. So are true/false, a list
+    and a dict (`resume=true` was joined to a path before validation too: a traceback)."""
     for dotted in TEXT_FIELDS:
         *parents, key = dotted.split(".")
         node = config
         for parent in parents:
             node = node.get(parent) if isinstance(node, dict) else None
         value = node.get(key) if isinstance(node, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if value is None or isinstance(value, str):
             continue
+        if isinstance(value, bool):
+            typed = str(value).lower()
+            raise ValueError(f"{dotted}={typed}: Hydra read it as true/false, and a name or path is text; quote "
+                             f"it if it is meant as text, e.g. {dotted}=\"'{typed}'\" in a shell")
+        if isinstance(value, (list, dict)):
+            raise ValueError(f"{dotted}={value}: a name or path is text, not a {type(value).__name__}")
         if isinstance(value, float):
             raise ValueError(f"{dotted}={value}: Hydra read it as a number, and a name is text; quote it "
                              f"as typed, e.g. {dotted}=\"'name'\" in a shell")

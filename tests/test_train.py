@@ -139,6 +139,28 @@ def test_names_hydra_reads_as_numbers_are_the_names_typed(small_build, tmp_path)
         numbers_as_text(compose(f"data_path={small_build}", "run_name=1e3"))
 
 
+def test_names_hydra_reads_as_true_false_lists_or_dicts_are_refused_naming_the_field(small_build):
+    """`resume=true` was joined to a path before validation (a TypeError traceback); true/false, a
+    list or a dict in any text field is refused in one line naming it."""
+    from hrm.pretrain_config import numbers_as_text
+    for override, said in [("resume=true", "resume=true: Hydra read it as true/false"),
+                           ("run_name=false", "run_name=false: Hydra read it as true/false"),
+                           ("checkpoint_path=true", "checkpoint_path=true: Hydra read it as true/false"),
+                           ("project_name=[p]", r"project_name=\['p'\]: a name or path is text, not a list"),
+                           ("wandb.entity={a:1}", r"wandb.entity=\{'a': 1\}: a name or path is text, not a dict")]:
+        with pytest.raises(ValueError, match=said):
+            numbers_as_text(compose(f"data_path={small_build}", override))
+    raw = numbers_as_text(compose(f"data_path={small_build}", "run_name='true'"))   # quoted: the text
+    assert raw["run_name"] == "true"
+
+
+def test_run_and_project_names_with_a_slash_are_labels_beside_checkpoint_path(small_build, tmp_path):
+    """With checkpoint_path the run's folder is given, and run_name/project_name only label it."""
+    cfg = PretrainConfig(**compose(f"data_path={small_build}", "run_name=a/b", "project_name=p/q",
+                                   f"checkpoint_path={tmp_path / 'run'}"))
+    assert (cfg.run_name, cfg.project_name) == ("a/b", "p/q")
+
+
 def test_batch_not_divisible_by_world_size_is_refused(small_build, tmp_path):
     cfg = micro_config(small_build, tmp_path, global_batch_size=9)
     with pytest.raises(ValueError, match="global_batch_size=9 is not divisible by the world size 2"):
@@ -185,6 +207,8 @@ def test_cli_rejects_bad_config_before_any_work(small_build, tmp_path, capsys):
     # pretrain.py checks them before Hydra runs (check_overrides), here in this process
     import pretrain
     cases = (("arch.hidden_sz=3", "no such key: 'arch.hidden_sz'. Did you mean arch.hidden_size?"),
+             # inside a dict value: the unknown key, not the one overridden (which exists)
+             ("arch.scaling.H={q:0.3}", "no such key: 'arch.scaling.H.q'. Did you mean arch.scaling.H.p"),
              ("arch=hrm_huge", "hrm_huge"), ("lr", "lr"),
              ("-m lr=1e-3,1e-2 arch.hidden_sz=3", "hidden_sz"), ("--config-name cfg_pretrian", "cfg_pretrian"),
              ("hydra.job.chdir=false arch=hrm_huge", "hrm_huge"), ("--config-dir nowhere", "nowhere"),
