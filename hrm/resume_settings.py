@@ -198,7 +198,7 @@ def resume_with_saved_settings(composed: dict, task_overrides: list[str], tag: s
     if not changed:
         return merged, None
     return merged, (f"resume: settings the command line does not give are the run's own, saved in {checkpoint}: "
-                    f"{describe(changed, merged)} (the config files say otherwise); give a setting on the command "
+                    f"{describe(changed, merged, given)} (the config files say otherwise); give a setting on the command "
                     f"line to change it")
 
 
@@ -212,10 +212,12 @@ def continued_in_place(config: dict, checkpoint: Path, tag: str = "") -> bool:
     return continues_its_run(config.get("run_name"), folder, checkpoint)
 
 
-def describe(changed: list[str], merged: dict, shown: int = 8) -> str:
-    """`key=value` for each changed setting. An arch of another name is said as its preset followed
-    by the fields where the run's arch differs from that preset (`arch=hrm_tiny arch.hidden_size=128`:
-    the name alone hid them), or field by field when no preset has its name; one item either way."""
+def describe(changed: list[str], merged: dict, given: set[str] = frozenset(), shown: int = 8) -> str:
+    """`key=value` for each changed setting, the value as typed on a command line (null, true). An
+    arch of another name is said as its preset followed by the fields where the run's arch differs
+    from that preset (`arch=hrm_tiny arch.hidden_size=128`: the name alone hid them) and that the
+    command line (`given`) does not set: those are this start's, not the run's; field by field
+    when no preset has its name; one item either way."""
     items = []
     for key in changed:
         if key == "arch.name":
@@ -223,12 +225,25 @@ def describe(changed: list[str], merged: dict, shown: int = 8) -> str:
             if preset is None:
                 arch_keys = ["arch.name"] + [k for k in changed if k.startswith("arch.") and k != "arch.name"]
             else:
-                arch_keys = [f"arch.{k}" for k in differences(preset, merged["arch"])]
-            said = [f"{k}={setting(merged, k)}" for k in arch_keys]
+                arch_keys = [f"arch.{k}" for k in differences(preset, merged["arch"])
+                             if not any(f"arch.{k}" == g or f"arch.{k}".startswith(g + ".") for g in given)]
+            said = [f"{k}={as_typed(setting(merged, k))}" for k in arch_keys]
             items.append(" ".join(said if preset is None else [f"arch={merged['arch']['name']}", *said]))
         elif not (key.startswith("arch.") and "arch.name" in changed):
-            items.append(f"{key}={setting(merged, key)}")
+            items.append(f"{key}={as_typed(setting(merged, key))}")
     return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
+
+
+def as_typed(value) -> str:
+    """A setting's value as an override gives it: null, true, [1,2] (Python's None, True, [1, 2]
+    read as text would be another value: `eval_interval=None` is the string 'None')."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(as_typed(v) for v in value) + "]"
+    return str(value)
 
 
 def preset_values(name: str) -> dict | None:

@@ -72,6 +72,19 @@ def test_the_resume_note_shows_the_arch_fields_that_differ_from_the_runs_preset(
     assert describe(changed, merged) == "arch.L_cycles=3, seed=4"
 
 
+def test_the_resume_note_leaves_out_what_the_command_line_gives_and_says_values_as_typed():
+    """`resume=<hrm_tiny run> arch.hidden_size=128`: the note named arch.hidden_size=128 among the
+    run's own settings (it differs from the preset, but is this start's); and it said None, False,
+    [1, 2] where an override takes null, false, [1,2] (eval_interval=None is the text 'None')."""
+    given = {"arch.hidden_size"}
+    composed = compose("arch.hidden_size=128")
+    saved = compose("arch=hrm_tiny", "eval_interval=null", "eval_save_predictions=false", "eval_pass_k=[1,2]")
+    merged, changed = with_saved_settings(composed, saved, given)
+    assert merged["arch"]["hidden_size"] == 128 and merged["arch"]["name"] == "hrm_tiny"
+    assert describe(changed, merged, given) == ("arch=hrm_tiny, eval_interval=null, eval_save_predictions=false, "
+                                                "eval_pass_k=[1,2]")
+
+
 def test_a_scaling_rule_given_on_resume_comes_with_its_own_exponent():
     """`resume=<a run of hrm_deeploop arch.scaling.p=0.45> arch.scaling.rule=deeploop` took p=0.45
     from the checkpoint, so the rule asked for became custom 0.45 again (hrm.config): the run went on
