@@ -51,9 +51,24 @@ def _wandb_installed() -> bool:
 WANDB_MODES = ("online", "offline", "disabled")   # what WANDB_MODE may force, over wandb.mode
 
 
+def wandb_mode_forced() -> str | None:
+    """The mode WANDB_MODE forces over wandb.mode, or None when it is unset (or empty). `dryrun` is
+    wandb's older name of offline. Any other value is refused: `WANDB_MODE=ofline` was ignored
+    without a word, and an auto run with credentials went online, where the user asked for none."""
+    value = os.environ.get("WANDB_MODE", "").strip()
+    if not value:
+        return None
+    mode = {"dryrun": "offline"}.get(value.lower(), value.lower())
+    if mode not in WANDB_MODES:
+        raise ValueError(f"WANDB_MODE={value!r} in the environment is not a W&B mode: one of {', '.join(WANDB_MODES)}"
+                         f" (it overrides wandb.mode), or unset it")
+    return mode
+
+
 def resolve_wandb_mode(mode: str) -> str:
-    if os.environ.get("WANDB_MODE") in WANDB_MODES:
-        mode = os.environ["WANDB_MODE"]
+    forced = wandb_mode_forced()
+    if forced is not None:
+        mode = forced
     elif mode == "auto":
         if not _has_wandb_credentials():
             return "disabled"
@@ -160,7 +175,7 @@ class RunLog:
                 if mode != "online":
                     raise
                 reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no reason given'}"
-                forced = os.environ.get("WANDB_MODE") in WANDB_MODES
+                forced = wandb_mode_forced() is not None
                 if wandb_mode != "auto" or forced:
                     # asked for by name: the user wants the server, and is told plainly it failed
                     # (by the setting that asked: WANDB_MODE wins over wandb.mode)

@@ -27,6 +27,18 @@ def test_auto_mode_needs_credentials(monkeypatch, tmp_path):
     assert resolve_wandb_mode("auto") == "offline"
 
 
+def test_a_wandb_mode_in_the_environment_that_is_none_is_refused_naming_it(monkeypatch, tmp_path):
+    """WANDB_MODE=ofline was ignored without a word: with credentials, auto then went online."""
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    with pytest.raises(ValueError, match="WANDB_MODE='ofline' in the environment is not a W&B mode: one of online, "
+                                         "offline, disabled"):
+        resolve_wandb_mode("auto")
+    for value, mode in (("dryrun", "offline"), ("DISABLED", "disabled"), ("", "online")):   # wandb's old name, any case
+        monkeypatch.setenv("WANDB_MODE", value)
+        assert resolve_wandb_mode("auto") == mode, value
+
+
 def test_offline_run_logs_without_prompting_or_network(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
     env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path), NETRC=str(tmp_path / "none"))
