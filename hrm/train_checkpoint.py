@@ -390,7 +390,7 @@ def resolve_resume(resume: str, run_dir: str | Path | None, other_projects: bool
         found = list_checkpoints(run_dir)
         if not found:
             elsewhere = same_name_elsewhere(Path(run_dir)) if other_projects else ""
-            raise FileNotFoundError(f"resume=latest: no checkpoint under {run_dir}{elsewhere}")
+            raise FileNotFoundError(f"resume=latest: no checkpoint under {run_dir}{elsewhere or runs_inside_hint(run_dir)}")
         return found[-1]
     path = Path(resume)
     if (path / "trainer.pt").is_file():
@@ -400,7 +400,24 @@ def resolve_resume(resume: str, run_dir: str | Path | None, other_projects: bool
     if not path.exists():
         raise FileNotFoundError(f"resume={resume}: no such folder{missing_step_hint(path)}")
     raise FileNotFoundError(f"resume={resume}: neither a checkpoint folder (step_<N>/ with trainer.pt) nor a run "
-                            f"folder holding one")
+                            f"folder holding one{runs_inside_hint(path)}")
+
+
+def runs_inside_hint(folder: str | Path, shown: int = 3) -> str:
+    """'; it holds the runs a, b (a sweep's checkpoint_path): ...' for a folder whose subfolders are
+    run folders (a sweep's jobs: <checkpoint_path>/<swept values>), else ''. resume= takes one run;
+    a whole sweep continues as a sweep."""
+    folder = Path(folder)
+    try:
+        runs = sorted(sub for sub in folder.iterdir() if sub.is_dir() and list_checkpoints(sub))
+    except OSError:
+        return ""
+    if not runs:
+        return ""
+    listed = ", ".join(r.name for r in runs[:shown]) + (f" and {len(runs) - shown} more" if len(runs) > shown else "")
+    return (f"; it holds the run folders {listed} (a project's, or a sweep's checkpoint_path): "
+            f"{suggested('resume', runs[0])} continues one; a sweep's command run again with resume=latest "
+            f"continues each of its jobs")
 
 
 def suggested(option: str, path: Path) -> str:

@@ -542,6 +542,22 @@ def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
     with pytest.raises(ValueError, match=r"needs the run's folder: set run_name \(and project_name when the run's "
                                          r"project is not '<data folder>-hrm'\) or checkpoint_path"):
         resolve_resume("latest", None)
+    # a folder of run folders (a sweep's checkpoint_path): the runs are named, with how to continue them
+    sweep = tmp_path / "sweep"
+    for job in ("lr=0.002", "lr=0.001"):
+        (sweep / job / "step_3").mkdir(parents=True)
+        (sweep / job / "step_3" / "trainer.pt").write_bytes(b"")
+    (sweep / "notes").mkdir()
+    hint = (f"; it holds the run folders lr=0.001, lr=0.002 (a project's, or a sweep's checkpoint_path): "
+            f"'resume=\"{sweep / 'lr=0.001'}\"' continues one; a sweep's command run again with resume=latest "
+            f"continues each of its jobs")
+    with pytest.raises(FileNotFoundError) as refused:
+        resolve_resume(str(sweep), None)
+    assert str(refused.value) == (f"resume={sweep}: neither a checkpoint folder (step_<N>/ with trainer.pt) nor a run "
+                                  f"folder holding one{hint}")
+    with pytest.raises(FileNotFoundError) as refused:
+        resolve_resume("latest", sweep, other_projects=False)
+    assert str(refused.value) == f"resume=latest: no checkpoint under {sweep}{hint}"
 
 
 def test_a_missing_step_folder_names_the_run_and_its_last_checkpoints(tmp_path):
