@@ -13,7 +13,6 @@ import numpy as np
 # dihedral ids: 0 identity, 1/2/3 rotate 90/180/270 (np.rot90 k=1..3), 4 flip left-right,
 # 5 flip up-down, 6 transpose, 7 flip left-right of rot90.
 DIHEDRAL_INVERSE = (0, 3, 2, 1, 4, 5, 6, 7)
-NUM_DIHEDRAL = 8
 IDENTITY_MAP = np.arange(10, dtype=np.uint8)
 
 _NAME_RE = re.compile(r"^(?P<task>.+)_t(?P<t>[0-7])_(?P<map>[0-9]{10})$")

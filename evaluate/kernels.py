@@ -13,7 +13,7 @@ import numba
 import numpy as np
 
 from arc_data.augment import DIHEDRAL_INVERSE
-from arc_data.encoding import COLOUR_OFFSET, MAX_GRID, SEQ_LEN, VOCAB_SIZE
+from arc_data.encoding import COLOUR_OFFSET, MAX_GRID, VOCAB_SIZE
 
 INVERSE_T = np.array(DIHEDRAL_INVERSE, dtype=np.int64)
 

@@ -29,13 +29,6 @@ def encode_png(rgb: np.ndarray) -> bytes:
             + _chunk(b"IEND", b""))
 
 
-def write_png(path: Path, rgb: np.ndarray) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(encode_png(rgb))
-    return path
-
-
 def decode_png(data: bytes) -> np.ndarray:
     """RGB pixels [height, width, 3] of a PNG in the form :func:`encode_png` writes."""
     if data[:8] != SIGNATURE:

@@ -27,9 +27,12 @@ Every model uses ``extra="forbid"``: an unknown key is an error that names it.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:   # annotations only: the config loads without torch (pretrain.py's checks, refusals)
+    import torch
 
 ScalingRule = Literal["none", "deepnorm", "deeploop", "custom", "prenorm_1_over_n"]
 DepthCount = Literal["paper", "gradient_visible", "forward"]

@@ -373,7 +373,7 @@ def results_markdown(report: dict) -> str:
         "" if a.get("command_recorded", True) else " (not recorded in the run folder: as this --report's flags "
                                                    "give it; the run's settings are in its all_config.yaml)")
         for a in arms]
-    lines += [f"", *report.get("notes", [])]
+    lines += ["", *report.get("notes", [])]
     return "\n".join(lines).rstrip() + "\n"
 
 

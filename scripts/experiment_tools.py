@@ -26,7 +26,6 @@ if str(REPO) not in sys.path:
 from arc_data.manifest import read_manifest, verify  # noqa: E402
 
 PYTHON = sys.executable
-SHARED_ARC1 = REPO.parent / "shared" / "data" / "ARC-AGI-1"   # the official files, where present
 
 
 class ExperimentError(RuntimeError):

@@ -172,7 +172,7 @@ def test_prenorm_block_is_h_plus_eps_f_of_norm_h():
     arch = ArchConfig(hidden_size=32, num_heads=2, H_layers=1, L_layers=3, puzzle_emb_ndim=32,
                       scaling=dict(rule="prenorm_1_over_n"))
     model = HRM(arch, 12, 6, 3, verbose=False)
-    sd, cfg = _as_original(model), arch.model_dump()
+    sd = _as_original(model)
     eps = model.scaling["L"]["eps"]
     assert eps == pytest.approx(1 / (2 * math.sqrt(3)))
     z, injection = torch.randn(2, 7, 32), torch.randn(2, 7, 32)
