@@ -39,8 +39,8 @@ from pydantic import ValidationError
 from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, command_line_arg, exit_bad_config,
                                  explain_unknown_key, explain_unparsable_override, format_validation_error,
                                  numbers_as_text, say_once_per_node, speaks_for_node)
-from hrm.sweep import (fresh_if_nothing_to_resume, is_multirun, launcher_log_on_rank_zero, sweep_record_on_rank_zero,
-                       sweep_tag)
+from hrm.sweep import (fresh_if_nothing_to_resume, is_last_job, is_multirun, launcher_log_on_rank_zero,
+                       sweep_record_on_rank_zero, sweep_tag)
 
 EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_STOPPED = 3, 130, 143   # 130, 143: as a shell reports Ctrl-C, SIGTERM
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
@@ -48,6 +48,7 @@ failed_jobs: list[str] = []     # a single-process multirun's jobs that raised a
 # a multirun's jobs that got as far as naming their run: (run name, later_jobs' advice), for a
 # Ctrl-C or SIGTERM outside any job's training (between two jobs, in Hydra's own code)
 started_jobs: list[tuple[str, str]] = []
+last_job_ended: list[str] = []   # the sweep's last job's run name, once that job has ended: nothing comes next
 
 
 @hydra.main(config_path="configs", config_name="cfg_pretrain", version_base=None)
@@ -118,10 +119,12 @@ def launch(hydra_config: DictConfig) -> None:
                   f"checkpoints in {trainer.run_dir}", flush=True)
         if summary["sigterm"] and is_multirun():   # after the job's last step: it is complete,
             agreed = True                           # but the sweep must not start its next job
+            said = ": every job ran" if is_last_job() else later_jobs(config, trainer, tag)
             say_once_per_node(f"stopped by SIGTERM after the job {trainer.run_name} finished (step "
-                              f"{summary['step']}){later_jobs(config, trainer, tag)}")
+                              f"{summary['step']}){said}")
             sys.exit(EXIT_STOPPED)
         finished = True
+        job_ended(trainer.run_name)
     except TrainingDiverged as e:
         # every rank sees the same all-reduced loss and gradient norm, so every rank stops here at
         # the same step: said once, and they leave together (rank 0 writes diverged.json first)
@@ -131,6 +134,7 @@ def launch(hydra_config: DictConfig) -> None:
             sys.exit(EXIT_DIVERGED)
         diverged_jobs.append(trainer.run_name)   # a sweep goes on with its next job
         finished = True
+        job_ended(trainer.run_name)
     except (CheckpointNotSaved, PredictionsNotWritten) as e:   # a full disk: every rank raised it, one message
         agreed = True
         # a sweep stops (its next jobs would fail alike), saying how to continue it once there is room
@@ -165,6 +169,7 @@ def launch(hydra_config: DictConfig) -> None:
             failed_jobs.append(trainer.run_name if trainer is not None else f"{number} ({tag})" if tag else number)
             print(f"pretrain.py: error: the sweep's job {failed_jobs[-1]} failed (traceback above); the sweep goes "
                   f"on with any later job", file=sys.stderr, flush=True)
+            job_ended(failed_jobs[-1])
             return
         raise
     finally:
@@ -211,10 +216,20 @@ def stop_outside_training(signum, frame) -> None:
     raise SigtermOutsideTraining
 
 
+def job_ended(name: str) -> None:
+    """A sweep's job ended (trained, diverged or failed) and the sweep goes on: noted when it was
+    the last, after which a Ctrl-C or SIGTERM (Hydra closing the sweep) has no next job to stop."""
+    if is_multirun() and is_last_job():
+        last_job_ended.append(name)
+
+
 def before_training() -> str:
     """The end of the Ctrl-C or SIGTERM line outside any job's training: starting up (importing
     torch, composing, loading the data), or in a sweep between two jobs (Hydra's own code) or before
-    the next job trained, where the same sweep with resume=latest continues it."""
+    the next job trained, where the same sweep with resume=latest continues it; or after the
+    sweep's last job, with nothing left to continue."""
+    if last_job_ended:
+        return f"after the sweep's last job {last_job_ended[-1]} ended: every job ran"
     if not started_jobs:
         return "before training"
     name, advice = started_jobs[-1]

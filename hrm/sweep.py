@@ -149,6 +149,17 @@ def launcher_log_on_rank_zero() -> None:
         logging.getLogger(_BASIC_LAUNCHER_LOG).addFilter(_warning_or_worse)
 
 
+# The number of the sweep's jobs, once CheckEveryJob has listed them (None: not listed, or another
+# sweeper): a stop after the last one has no next job to speak of (pretrain.py)
+job_count: int | None = None
+
+
+def is_last_job() -> bool:
+    """Whether the job running (or the one that ran last) is the sweep's last, as far as is known."""
+    from hydra.core.hydra_config import HydraConfig
+    return job_count is not None and HydraConfig.get().job.num == job_count - 1
+
+
 def sweep_jobs(config: DictConfig, loader) -> tuple[list[list[str]], set[str]] | None:
     """Every job's overrides, in the order Hydra's basic sweeper runs them (the product of the
     swept values, `hydra.sweeper.params` first), and the swept keys; None for another sweeper,
@@ -316,6 +327,8 @@ class CheckEveryJob(Callback):
         if found is None:
             return
         jobs, swept = found
+        global job_count
+        job_count = len(jobs)
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         by_problem: dict[str, list[str]] = {}   # the same mistake in every job is told once
 

@@ -926,7 +926,8 @@ def test_sigterm_during_an_evaluation_stops_it_and_resume_runs_it_again(during_s
 
 def test_a_sweep_stops_at_a_sigterm_during_a_jobs_last_save(tiny_build, tmp_path):
     """The job is complete then, but the sweep must not start its next job (the scheduler's SIGKILL
-    would cut it): exit 143, naming the sweep's run_name for resume=latest, which continues it."""
+    would cut it): exit 143, naming the sweep's run_name for resume=latest, which continues it. In
+    the last job's save, there is no job left to continue."""
     wrapper = tmp_path / "sigterm_in_first_save.py"
     wrapper.write_text(f"""import os, runpy, signal, sys
 sys.path.insert(0, {str(ROOT)!r})
@@ -953,11 +954,16 @@ runpy.run_path(sys.argv[0], run_name="__main__")
     stopped = re.search(r"stopped by SIGTERM after the job \S+ finished \(step 1\); the sweep stops here \(any job "
                         r"after this one is not started\): run the same sweep with resume=latest (run_name=\S+) to continue it", run.stderr)
     assert stopped and first.name == stopped[1].removeprefix("run_name=") + "-lr=0.001", run.stderr[-3000:]
-    again = subprocess.run([*cmd, "resume=latest", stopped[1]], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=600, env=env)
-    assert again.returncode == 0, again.stderr[-3000:]
+    # continued: the first job has nothing left (nor to save), the second starts; a SIGTERM in its
+    # save, the sweep's last job's, leaves no job to continue
+    again = subprocess.run([cmd[0], str(wrapper), *cmd[2:], "resume=latest", stopped[1]], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 143, again.stderr[-3000:]
     assert "the run had already finished at step 1" in again.stdout and "starts afresh" in again.stdout
-    assert sorted(p.name for p in runs.iterdir()) == [first.name, first.name.replace("lr=0.001", "lr=0.002")]
+    second = first.name.replace("lr=0.001", "lr=0.002")
+    assert sorted(p.name for p in runs.iterdir()) == [first.name, second]
+    assert again.stderr.endswith(f"stopped by SIGTERM after the job {second} finished (step 1): every job ran\n"), \
+        again.stderr[-3000:]
 
 
 def test_a_sigterm_repeated_at_once_counts_once_and_a_later_one_kills(tmp_path):
@@ -1753,21 +1759,27 @@ def test_ctrl_c_or_sigterm_in_a_sweep_says_how_to_continue_it(small_build, tiny_
         "import hydra.core.utils\n"     # the launcher's module is loaded later, with the run_job found here
         "from omegaconf import OmegaConf\n"
         "launch_job = hydra.core.utils.run_job\n"
+        "def stop():\n"
+        "    if os.environ['STOP_WITH'] == 'SIGTERM':\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    raise KeyboardInterrupt   # what SIGINT raises (also where a test runner ignores SIGINT)\n"
         "def run_job(*args, **kwargs):\n"
         "    job = kwargs['config'].hydra.job\n"
-        "    if (0 if OmegaConf.is_missing(job, 'num') else job.num) == int(os.environ['STOP_AT_JOB']):\n"
-        "        if os.environ['STOP_WITH'] == 'SIGTERM':\n"
-        "            os.kill(os.getpid(), signal.SIGTERM)\n"
-        "        raise KeyboardInterrupt   # what SIGINT raises (also where a test runner ignores SIGINT)\n"
-        "    return launch_job(*args, **kwargs)\n"
+        "    num = 0 if OmegaConf.is_missing(job, 'num') else job.num\n"
+        "    if num == int(os.environ.get('STOP_AT_JOB', -1)):\n"
+        "        stop()\n"
+        "    ran = launch_job(*args, **kwargs)\n"
+        "    if num == int(os.environ.get('STOP_AFTER_JOB', -1)):   # as Hydra closes the sweep, for the last\n"
+        "        stop()\n"
+        "    return ran\n"
         "hydra.core.utils.run_job = run_job\n"
         "import hydra._internal.hydra\n"  # a single run's: it holds its own name for run_job
         "hydra._internal.hydra.run_job = run_job\n")
 
-    def sweep(at: int, stop: str):
-        cwd = tmp_path / f"{stop}-{at}"
+    def sweep(at: int, stop: str, when: str = "AT"):
+        cwd = tmp_path / f"{stop}-{when}-{at}"
         cwd.mkdir()
-        env = dict(os.environ, WANDB_MODE="disabled", STOP_AT_JOB=str(at), STOP_WITH=stop,
+        env = dict(os.environ, WANDB_MODE="disabled", STOP_WITH=stop, **{f"STOP_{when}_JOB": str(at)},
                    PYTHONPATH=os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")]))
         run = subprocess.run(sweep_cmd(tiny_build, "lr=1e30,1e-3"), cwd=cwd, capture_output=True, text=True,
                              timeout=300, env=env)
@@ -1779,9 +1791,10 @@ def test_ctrl_c_or_sigterm_in_a_sweep_says_how_to_continue_it(small_build, tiny_
                    PYTHONPATH=os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")]))
         return subprocess.run(pretrain_cmd(tiny_build, tmp_path / "single"), capture_output=True, text=True,
                               timeout=300, env=env)
-    [(during, during_err), (ctrl_c, ctrl_c_runs), (sigterm, sigterm_runs), (first, first_runs), single] = together(
+    [(during, during_err), (ctrl_c, ctrl_c_runs), (sigterm, sigterm_runs), (first, first_runs), single,
+     (after_last, after_last_runs)] = together(
         ctrl_c_during_a_job, lambda: sweep(1, "SIGINT"), lambda: sweep(1, "SIGTERM"), lambda: sweep(0, "SIGINT"),
-        single_run)
+        single_run, lambda: sweep(1, "SIGTERM", "AFTER"))
     assert during == 130, during_err[-3000:]
     assert "before the run's first checkpoint" in during_err and "run the same command again" not in during_err
     assert "run the same sweep with resume=latest to continue it" in during_err
@@ -1801,6 +1814,12 @@ def test_ctrl_c_or_sigterm_in_a_sweep_says_how_to_continue_it(small_build, tiny_
     assert single.returncode == 143 and single.stderr == "pretrain.py: stopped by SIGTERM before training\n", \
         single.stderr[-3000:]
     assert not (tmp_path / "single").exists()
+    # after the last job: every job ran, and there is no next job to continue (it said there was)
+    names = sorted(p.name for p in after_last_runs.iterdir())
+    assert after_last.returncode == 143 and [name.split("-lr=")[1] for name in names] == ["0.001", "1e+30"]
+    assert after_last.stderr.endswith(
+        f"pretrain.py: stopped by SIGTERM after the sweep's last job {names[0]} ended: every job ran\n"
+        f"pretrain.py: 1 run(s) of the sweep diverged: {names[1]}\n"), after_last.stderr[-3000:]
 
 
 def test_ctrl_c_before_the_first_checkpoint_does_not_suggest_resume(tmp_path):
