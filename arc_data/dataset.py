@@ -356,7 +356,6 @@ class TrainBatches:
 
         train = TrainBatches(load_split(path, "train"), global_batch_size=768, seed=0,
                              rank=rank, world_size=world, epochs_per_iteration=eval_interval)
-        total_steps = int(epochs * train.steps_per_epoch)        # an estimate, as HRM's
         while train.iteration < epochs // eval_interval:
             for batch in train.iteration_batches():
                 ...                                             # checkpoint train.state_dict()
@@ -386,22 +385,6 @@ class TrainBatches:
         self._slot = 0
         self._batch_in_iteration = 0
         self._cached_plan: tuple[int, _EpochPlan] | None = None
-
-    # -- sizes ------------------------------------------------------------------------------
-
-    @property
-    def expected_examples_per_epoch(self) -> float:
-        """Mean number of examples one epoch draws: per group, the mean size of its puzzles."""
-        puzzle_sizes = np.diff(self.data.puzzle_indices).astype(np.float64)
-        group_totals = np.add.reduceat(puzzle_sizes, self.data.group_indices[:-1])
-        return float((group_totals / np.diff(self.data.group_indices)).sum())
-
-    @property
-    def steps_per_epoch(self) -> float:
-        """Estimated optimizer steps per epoch (slightly high: truncation and the dropped last
-        batch of each iteration are not counted). HRM's own estimate is
-        total_groups * mean_puzzle_examples / global_batch_size."""
-        return self.expected_examples_per_epoch / self.global_batch_size
 
     # -- position ---------------------------------------------------------------------------
 

@@ -247,14 +247,6 @@ def test_batch_dtypes_and_labels_pad_to_ignore(tmp_path):
         assert identifier == 2 - row // 2  # puzzle p = row // 2 has identifier 2 - p
 
 
-def test_steps_per_epoch_is_the_expected_draw(tmp_path):
-    # Expected examples per slot: mean of the group's puzzle sizes: 2, 2 and 3 -> 7 per epoch.
-    data = load_split(write_build(tmp_path, [[1, 3], [2], [4, 4, 1]]), "train")
-    reader = TrainBatches(data, global_batch_size=2, seed=0)
-    assert reader.expected_examples_per_epoch == pytest.approx(7.0)
-    assert reader.steps_per_epoch == pytest.approx(3.5)
-
-
 # ---------------------------------------------------------------------------------------------
 # Training packing
 
