@@ -83,15 +83,6 @@ def weighted_label_counts(labels: np.ndarray, row_weights: np.ndarray, vocab_siz
     return (np.asarray(row_weights, np.float64)[:, None] * freqs).sum(0)
 
 
-def row_weighted_marginal(labels: np.ndarray, row_weights: np.ndarray, vocab_size: int,
-                          ignore_label: int | None) -> np.ndarray:
-    """`weighted_label_counts` normalised to a distribution."""
-    total = weighted_label_counts(labels, row_weights, vocab_size, ignore_label)
-    if total.sum() <= 0:
-        raise ValueError("no labelled tokens: the floor is undefined")
-    return total / total.sum()
-
-
 def entropy(distribution: np.ndarray) -> float:
     """Entropy in nats; zero-probability tokens contribute nothing."""
     p = np.asarray(distribution, np.float64)

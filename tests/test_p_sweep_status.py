@@ -10,7 +10,7 @@ import torch
 
 from hrm.loss import IGNORE_LABEL, softmax_cross_entropy, stablemax_cross_entropy
 from scripts.run_status import (DIVERGED, ERROR, STUCK, TRAINED, classify_run, entropy, floor_logits,
-                                reader_row_weights, row_weighted_marginal, smoothed_min, unigram_floor)
+                                reader_row_weights, smoothed_min, unigram_floor, weighted_label_counts)
 
 FLOOR = 1.5   # with the default margin 0.05 a run must end below 1.425
 
@@ -89,16 +89,15 @@ def test_smoothed_min_hand_values():
 
 
 # ----------------------------------------------------------------------------------- the floor
-def test_row_weighted_marginal_by_hand():
+def test_weighted_label_counts_by_hand():
     # row 0: tokens 2, 2, 3 (0 is ignored) -> 2/3, 1/3; row 1: tokens 1, 2 -> 1/2, 1/2
     labels = np.array([[2, 2, 3, 0], [1, 2, 0, 0], [0, 0, 0, 0]])
-    m = row_weighted_marginal(labels, np.ones(3), vocab_size=4, ignore_label=0)
-    np.testing.assert_allclose(m, [0, 1 / 4, 7 / 12, 1 / 6])
-    # weights 3:1 -> (3 * [0, 0, 2/3, 1/3] + [0, 1/2, 1/2, 0]) / 4
-    m = row_weighted_marginal(labels, np.array([3.0, 1.0, 5.0]), vocab_size=4, ignore_label=0)
-    np.testing.assert_allclose(m, [0, 1 / 8, 5 / 8, 1 / 4])
-    with pytest.raises(ValueError, match="no labelled tokens"):
-        row_weighted_marginal(labels[2:], np.ones(1), vocab_size=4, ignore_label=0)
+    counts = weighted_label_counts(labels, np.ones(3), vocab_size=4, ignore_label=0)
+    np.testing.assert_allclose(counts, [0, 1 / 2, 7 / 6, 1 / 3])
+    # weights 3:1 -> 3 * [0, 0, 2/3, 1/3] + [0, 1/2, 1/2, 0]; the row without labels adds nothing
+    counts = weighted_label_counts(labels, np.array([3.0, 1.0, 5.0]), vocab_size=4, ignore_label=0)
+    np.testing.assert_allclose(counts, [0, 1 / 2, 5 / 2, 1])
+    np.testing.assert_array_equal(weighted_label_counts(labels[2:], np.ones(1), vocab_size=4, ignore_label=0), 0)
 
 
 def test_entropy_by_hand():
