@@ -85,7 +85,7 @@ class Recipe:
         return [*self.launcher, "pretrain.py", *arm.overrides, f"data_path={self.build}", *self.common,
                 f"checkpoint_path={self.run_dir(arm)}"]
 
-    def predict_cmd(self, arm: Arm, checkpoint: str) -> list[str]:
+    def predict_cmd(self, checkpoint: str) -> list[str]:
         return [*self.launcher, "evaluate/predict.py", f"checkpoint={checkpoint}"]
 
     def vote_cmd(self, arm: Arm, predictions: str) -> list[str]:
@@ -167,7 +167,7 @@ def run_arm(recipe: Recipe, arm: Arm, digest: str, threads: int | None, say, gpu
     else:
         say(f"{arm.name}: trained in {train_s / 60:.1f} min; predicting from {checkpoint.name} "
             f"(training's predictions not reused: {not_reused})")
-        _, predict_s = run_logged(recipe.predict_cmd(arm, str(checkpoint)), run_dir / "predict.log",
+        _, predict_s = run_logged(recipe.predict_cmd(str(checkpoint)), run_dir / "predict.log",
                                   step=f"{arm.name} predict", threads=threads, env=env)
     _, vote_s = run_logged(recipe.vote_cmd(arm, str(predictions)), run_dir / "vote.log", step=f"{arm.name} vote")
     return arm_result(recipe, arm, train_s, predict_s, vote_s)
@@ -414,7 +414,7 @@ def recipe_script(recipe: Recipe, out: Path) -> str:
         run = shlex.quote(str(recipe.run_dir(arm)))
         lines += [f'if [ -f {run}/diverged.json ]; then echo "{arm.name} diverged: nothing to vote"; else',
                   f'  [ -f {run}/predictions/"$(cat {run}/latest)"/info.json ] || '
-                  + shell_line(recipe.predict_cmd(arm, "CKPT")).replace("checkpoint=CKPT",
+                  + shell_line(recipe.predict_cmd("CKPT")).replace("checkpoint=CKPT",
                                                                         f'checkpoint={run}/"$(cat {run}/latest)"'),
                   "  " + shell_line(recipe.vote_cmd(arm, "PRED")).replace(
                       "--predictions PRED", f'--predictions {run}/predictions/"$(cat {run}/latest)"'),
