@@ -13,7 +13,9 @@ Modules (each documents its public API):
     checkpoint        save_model / load_model, load_original_checkpoint (sapientinc/HRM format)
     step_names        step_number (the N of `step_<N>` folders), unrenamed_saves; no torch, for vote.py
     diagnostics       visit_alignment (per-visit gradient alignment of weight-tied sublayers)
-    train             the trainer (separate issue)
+    flops             model FLOPs per token of a training step (the benchmarks' MFU)
+    train             the trainer (pretrain.py), with pretrain_config, resume_settings, distributed,
+                      compiled, evaluation, train_checkpoint, run_log, run_lock and sweep
 """
 import importlib
 
