@@ -76,11 +76,11 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     return path
 
 
-def quiet_on_broken_pipe(main, argv=None) -> int:
+def quiet_on_broken_pipe(main) -> int:
     """Run a command's ``main`` and give :data:`BROKEN_PIPE_STATUS`, silently, when stdout's reader
     has gone away (``| head -1``), as Unix tools do; the recipe of Python's signal documentation."""
     try:
-        status = main(argv)
+        status = main()
         sys.stdout.flush()       # a short output is still buffered: its broken pipe shows up here
         return status
     except BrokenPipeError:
