@@ -677,7 +677,7 @@ def test_ctrl_c_while_the_previous_build_is_deleted_says_the_new_one_is_in_place
     assert verify(tmp_path / "b") == [] and sorted(os.listdir(tmp_path)) == sorted([old.name, "b", "src"])
 
 
-# Run by test_sigterm_removes_the_temporary_folder: a build whose first chunk of rows takes a minute,
+# Run by the signal tests below (start_slow_build): a build whose first chunk of rows takes a minute,
 # so the test can signal it while its temporary folder exists.
 SLOW_BUILD = """
 import sys, time
