@@ -1,6 +1,7 @@
-"""What the experiment scripts (compare.py, p_sweep.py) share: small real ARC builds, the manifest
-digest check, running the project's own command-line tools as logged subprocesses, and reading a
-run's `log.jsonl`.
+"""What the experiment scripts (compare.py, p_sweep.py; compare_seeds.py, alignment_table.py and
+run_status.py for their tables and logs) share: small real ARC builds, the manifest digest check,
+running the project's own command-line tools as logged subprocesses, reading a run's `log.jsonl`,
+and writing the OUT.md / OUT.json tables.
 
 The scripts drive `build_arc.py`, `pretrain.py`, `evaluate/predict.py` and `evaluate/vote.py`
 through their command lines, exactly as a user would, so every step of an experiment can be rerun
