@@ -2,7 +2,7 @@
 with the scaling off and on, the same build (its manifest digest checked before each training), the
 same seed; then predict + vote for each, and one table of pass@K and final losses side by side.
 
-    python scripts/compare.py --preset cpu              # hrm_tiny, 16 ARC-AGI-1 tasks, ~7-11 min on 2 cores
+    python scripts/compare.py --preset cpu              # hrm_tiny, 16 ARC-AGI-1 tasks, ~6-12 min on 2 cores
     python scripts/compare.py --preset paper            # print the full 8-GPU recipe (torchrun)
     python scripts/compare.py --preset paper --launch   # ... and run it
 
