@@ -31,20 +31,20 @@ from evaluate.pictures import html_page, task_sheet  # noqa: E402
 from evaluate.outputs import check_output_dir, quiet_on_broken_pipe, write_atomic  # noqa: E402
 from evaluate.png import encode_png  # noqa: E402
 from evaluate.task_view import BuildTasks, add_votes, by_margin  # noqa: E402
-from evaluate.vote import count  # noqa: E402
+from evaluate.vote import count, nonempty  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, help="the build (default: the one recorded in --votes)")
+    ap.add_argument("--data", type=nonempty(Path), help="the build (default: the one recorded in --votes)")
     ap.add_argument("--task", nargs="+", default=[], metavar="ID", help="puzzle names to draw")
-    ap.add_argument("--votes", type=Path, help="vote.py --json results, to show the voted answers")
+    ap.add_argument("--votes", type=nonempty(Path), help="vote.py --json results, to show the voted answers")
     ap.add_argument("--best", type=count, default=0, metavar="N", help="the N tasks with the largest vote margin")
     ap.add_argument("--worst", type=count, default=0, metavar="N", help="the N tasks with the smallest vote margin")
     ap.add_argument("--top", type=count, default=3, help="answers shown per test input (default 3)")
     ap.add_argument("--format", choices=("html", "png", "both"), default="html")
-    ap.add_argument("--out", type=Path, default=Path("renders"), help="output folder (default renders/)")
+    ap.add_argument("--out", type=nonempty(Path), default=Path("renders"), help="output folder (default renders/)")
     return ap.parse_args(argv)
 
 

@@ -49,18 +49,29 @@ def count(text: str) -> int:
     return int(text)
 
 
+def nonempty(kind):
+    """An argparse type for a path option that refuses "": `--data "$BUILD"` with BUILD unset would
+    otherwise silently mean the default (--data: the build info.json records, which may not be the
+    one meant), or the current folder (--predictions, --checkpoints, render.py's --out)."""
+    def convert(text: str):
+        if not text:
+            raise argparse.ArgumentTypeError("empty (an unset shell variable?): name a path, or leave the option out")
+        return kind(text)
+    return convert
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--predictions", help="a .npz file, a folder of rank files with their info.json, or a glob "
+    ap.add_argument("--predictions", type=nonempty(str), help="a .npz file, a folder of rank files with their info.json, or a glob "
                                           "(default: the newest predictions under --checkpoints)")
-    ap.add_argument("--data", help="the build directory (default: data_path in the predictions' info.json)")
+    ap.add_argument("--data", type=nonempty(str), help="the build directory (default: data_path in the predictions' info.json)")
     ap.add_argument("--K", nargs="+", type=positive_int, default=list(DEFAULT_K), metavar="K",
                     help="pass@K values (default: 1 2 10 100 1000)")
-    ap.add_argument("--json", type=Path, help="write the full results (pass@K, per task and test input)")
-    ap.add_argument("--submission", type=Path, help="write the two best answers in the ARC Prize format")
+    ap.add_argument("--json", type=nonempty(Path), help="write the full results (pass@K, per task and test input)")
+    ap.add_argument("--submission", type=nonempty(Path), help="write the two best answers in the ARC Prize format")
     ap.add_argument("--top", type=count, default=10, help="answers listed per test input in --json (default 10)")
-    ap.add_argument("--checkpoints", type=Path, default=Path("checkpoints"),
+    ap.add_argument("--checkpoints", type=nonempty(Path), default=Path("checkpoints"),
                     help="where to look for predictions when --predictions is not given")
     return ap.parse_args(argv)
 

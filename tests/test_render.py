@@ -211,6 +211,21 @@ def test_an_output_folder_that_is_a_file_is_refused_without_traceback(voted, tmp
         assert err.startswith(f"render.py: error: --out {tmp_path / out}") and "not a directory" in err, err
 
 
+@pytest.mark.parametrize("option", ["--out", "--data", "--votes"])
+def test_an_empty_path_is_refused_not_taken_as_the_current_folder(voted, tmp_path, monkeypatch, capsys, option):
+    """`--out "$DIR"` with DIR unset: no pictures in the current folder."""
+    build, results = voted
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    args = {"--votes": str(results), "--data": str(build), "--out": str(tmp_path / "pictures"), option: ""}
+    with pytest.raises(SystemExit) as e:
+        render([item for pair in args.items() for item in pair] + ["--task", "task_one"])
+    assert e.value.code == 2
+    assert f"argument {option}: empty (an unset shell variable?)" in capsys.readouterr().err
+    assert not any(here.iterdir()) and not (tmp_path / "pictures").exists()
+
+
 def test_renders_folder_is_ignored_by_git():
     """render.py's default output folder stays out of commits."""
     import shutil

@@ -179,6 +179,22 @@ def test_unknown_k_value_is_rejected(value, capsys):
     assert f"K must be a positive whole number, got '{value}'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", ["--data", "--predictions", "--json", "--submission", "--checkpoints"])
+def test_an_empty_path_is_refused_not_taken_as_the_default(build, tmp_path, monkeypatch, capsys, option):
+    """`--data "$BUILD"` with BUILD unset: not the build info.json records, nor the current folder."""
+    folder = tmp_path / "step_3"
+    Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(folder / "rank_0.npz")
+    (folder / "info.json").write_text(json.dumps({"data_path": str(build), "step": 3, "world_size": 1,
+                                                  "checkpoint": None}))
+    monkeypatch.chdir(tmp_path)
+    args = {"--predictions": str(folder), "--data": str(build), option: ""}
+    with pytest.raises(SystemExit) as e:
+        main([item for pair in args.items() for item in pair])
+    assert e.value.code == 2
+    assert f"argument {option}: empty (an unset shell variable?)" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == sorted([build, folder])      # nothing written here
+
+
 def test_folder_with_fewer_rank_files_than_world_size(build, tmp_path):
     folder = tmp_path / "step_10"
     Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(folder / "rank_0.npz")
