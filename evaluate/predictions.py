@@ -75,6 +75,14 @@ def resolve_predictions(spec: str | None, checkpoints: Path = Path("checkpoints"
     # a folder's info.json describes its rank files; `step_N/*` means those files, so it is skipped
     files = sorted(Path(p) for p in glob.glob(spec) if Path(p).is_file() and Path(p).name != "info.json")
     if not files:
+        # `run/predictions/step_*` (an ensemble of steps meant) matches folders, not their files:
+        # "no matching files" alone would read as a wrong path
+        folders = sorted(p for p in glob.glob(spec) if Path(p).is_dir())
+        if folders:
+            shown = ", ".join(folders[:3]) + (f" and {len(folders) - 3} more" if len(folders) > 3 else "")
+            raise EvaluationInputError(f"--predictions {spec} matches only folders ({shown}): pass one folder, or "
+                                       f"--predictions '{spec.rstrip('/')}/*.npz' --data BUILD to vote the files of "
+                                       f"all of them together")
         raise EvaluationInputError(f"--predictions {spec}: no such file, folder, or matching files")
     parents = {f.parent for f in files}
     return PredictionSet(files, read_info(parents.pop()) if len(parents) == 1 else None, spec)

@@ -243,6 +243,24 @@ def test_a_glob_over_a_predictions_folder_takes_its_rank_files_and_reads_its_inf
     assert found.files == [folder / "rank_0.npz"] and found.info["step"] == 3
 
 
+def test_a_glob_that_matches_only_folders_names_them_and_the_glob_of_their_files(build, tmp_path, capsys):
+    """`--predictions 'run/predictions/step_*'` (an ensemble of steps meant) matches the step folders:
+    not "no such file", which reads as a wrong path."""
+    for step in (3, 6):
+        folder = tmp_path / "predictions" / f"step_{step}"
+        Predictions(build, TASKS).add("task_one", 0, truth("task_one")).save(folder / "rank_0.npz")
+        (folder / "info.json").write_text(json.dumps({"data_path": str(build), "step": step, "world_size": 1,
+                                                      "checkpoint": None}))
+    spec = str(tmp_path / "predictions" / "step_*")
+    assert main(["--predictions", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vote.py: error: --predictions {spec} matches only folders ({tmp_path}/predictions/step_3, "
+                          f"{tmp_path}/predictions/step_6)") and err.count("\n") == 1, err
+    assert f"--predictions '{spec}/*.npz' --data BUILD" in err
+    # what it suggests votes
+    assert main(["--predictions", f"{spec}/*.npz", "--data", str(build), "--K", "1"]) == 0
+
+
 def test_a_task_with_two_equal_test_inputs_is_refused_by_name(tmp_path):
     twins = {"train": TASKS["task_one"]["train"],
              "test": [TASKS["task_one"]["test"][0], (TASKS["task_one"]["test"][0][0], g([[3]]))]}
