@@ -110,7 +110,13 @@ def _folder(folder: Path, source: str) -> PredictionSet:
 
 def _newest_step_hint(folder: Path) -> str:
     """For a run folder (or its predictions/) passed as --predictions: the newest step_<N>
-    predictions inside it, which is what was meant."""
+    predictions inside it, which is what was meant; for a checkpoint folder, its predictions."""
+    if (folder / "model.pt").is_file():
+        # a checkpoint's step folder (run/step_N), mistaken for its predictions (run/predictions/step_N)
+        beside = folder.parent / "predictions" / folder.name
+        if (beside / "info.json").is_file():
+            return f" ({folder} is a checkpoint; its predictions: --predictions {beside})"
+        return f" ({folder} is a checkpoint; python evaluate/predict.py checkpoint={folder} writes its predictions)"
     steps = [p.parent for pattern in ("step_*/info.json", "predictions/step_*/info.json")
              for p in folder.glob(pattern) if step_number(p.parent) is not None]
     if not steps:

@@ -134,6 +134,21 @@ def test_a_run_folder_as_predictions_names_its_newest_step(workdir):
         resolve_predictions(str(workdir / "data"))     # no hint where there is nothing to point at
 
 
+def test_a_checkpoint_folder_as_predictions_names_its_predictions(workdir, vote_here):
+    """`--predictions run/step_5` (the checkpoint) for `run/predictions/step_5`: the error names the
+    latter, or predict.py when the step has none."""
+    run = workdir / "checkpoints" / "proj" / "run"
+    for step in ("step_5", "step_7"):
+        (run / step).mkdir()
+        (run / step / "model.pt").write_bytes(b"")
+    out = vote_here(workdir, "--predictions", str(run / "step_5"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert out.stderr.endswith(f"({run / 'step_5'} is a checkpoint; its predictions: "
+                               f"--predictions {run / 'predictions' / 'step_5'})\n"), out.stderr
+    out = vote_here(workdir, "--predictions", str(run / "step_7"))
+    assert out.stderr.endswith(f"python evaluate/predict.py checkpoint={run / 'step_7'} writes its predictions)\n")
+
+
 def test_empty_answers_take_no_attempt_and_nan_confidence_stays_valid_json(workdir, tmp_path):
     from arc_data.encoding import encode_grid
     from evaluate.vote import main
