@@ -95,6 +95,19 @@ def check_outputs_spare_inputs(args: argparse.Namespace, files: list[Path]) -> N
                                        f"give another file name")
 
 
+def check_outputs_spare_build(args: argparse.Namespace, data: Path) -> None:
+    """An output onto one of the build's files (`--json data/arc-aug-1000/identifiers.json`) would
+    be written after the vote, over the build every later vote and training reads."""
+    data = Path(data)
+    files = [data / "identifiers.json", data / "manifest.json"] + \
+        [f for split in ("train", "test") if (data / split).is_dir() for f in (data / split).iterdir()]
+    built = {f.resolve() for f in files if f.is_file()}
+    for option, path in (("--json", args.json), ("--submission", args.submission)):
+        if path and path.resolve() in built:
+            raise EvaluationInputError(f"{option} {path} is one of the files of the build {data}; give another "
+                                       f"file name")
+
+
 def load_recorded_build(data: Path, recorded_in: Path | None):
     """The build's test split. One taken from the predictions' info.json (`recorded_in`) that is not
     there (moved since, or a relative path of another machine) is named as that record, with
@@ -126,6 +139,7 @@ def main(argv=None) -> int:
         # info.json (the only other source of the build) lies beside the files it describes
         recorded_in = None if args.data else Path(predictions.files[0]).parent / "info.json"
         split = load_recorded_build(Path(data), recorded_in)
+        check_outputs_spare_build(args, Path(data))
         votes = vote(predictions.files, split)
     except EvaluationInputError as e:
         print(f"vote.py: error: {e}", file=sys.stderr)

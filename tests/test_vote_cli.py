@@ -276,6 +276,25 @@ def test_an_output_onto_the_predictions_own_files_is_refused(workdir, capsys, op
     assert target.read_bytes() == before
 
 
+@pytest.mark.parametrize("option, name", [("--json", "identifiers.json"), ("--submission", "test/dataset.json")])
+def test_an_output_onto_the_build_files_is_refused(workdir, capsys, option, name):
+    """`--json data/arc-tiny/identifiers.json` would replace the build's names with the results, after
+    the vote: every later vote and training of that build would fail."""
+    from evaluate.vote import main
+    build = workdir / "data" / "arc-tiny"
+    target = build / name
+    before = target.read_bytes()
+    # the build as info.json records it, and as --data names it
+    for data in ([], ["--data", str(build)]):
+        assert main(["--predictions", str(workdir / "checkpoints" / "proj" / "run" / "predictions" / "step_2"),
+                     *data, option, str(target)]) == 2
+        assert capsys.readouterr().err == (f"vote.py: error: {option} {target} is one of the files of the build "
+                                           f"{build}; give another file name\n")
+        assert target.read_bytes() == before
+    # beside them is fine
+    assert main([*predictions_args(workdir), option, str(build / "results.json")]) == 0
+
+
 def test_a_glob_over_several_folders_is_said_and_needs_data(workdir, capsys):
     """`step_*/*.npz` votes two evaluations together: said on stderr; without --data, the error
     names the folders rather than claiming there is no info.json."""
