@@ -63,9 +63,11 @@ def nonempty(kind):
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--predictions", type=nonempty(str), help="a .npz file, a folder of rank files with their info.json, or a glob "
-                                          "(default: the newest predictions under --checkpoints)")
-    ap.add_argument("--data", type=nonempty(str), help="the build directory (default: data_path in the predictions' info.json)")
+    ap.add_argument("--predictions", type=nonempty(str),
+                    help="a .npz file, a folder of rank files with their info.json, or a glob "
+                         "(default: the newest predictions under --checkpoints)")
+    ap.add_argument("--data", type=nonempty(str),
+                    help="the build directory (default: data_path in the predictions' info.json)")
     ap.add_argument("--K", nargs="+", type=positive_int, default=list(DEFAULT_K), metavar="K",
                     help="pass@K values (default: 1 2 10 100 1000)")
     ap.add_argument("--json", type=nonempty(Path), help="write the full results (pass@K, per task and test input)")
