@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from hrm.checkpoint import read_torch_file as read_checkpoint_file  # noqa: E402
 from hrm.distributed import check_device, init_distributed, shutdown, switch_on, uses_cuda  # noqa: E402
 from hrm.evaluation import PredictionsNotWritten, compiled_segment, evaluate, write_predictions  # noqa: E402
 from hrm.loss import ACTLossHead  # noqa: E402
-from hrm.pretrain_config import let_the_speaker_finish, say_once_per_node  # noqa: E402
+from hrm.pretrain_config import command_line_arg, let_the_speaker_finish, say_once_per_node  # noqa: E402
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves  # noqa: E402
 from hrm.train_checkpoint import (list_checkpoints, missing_step_hint, previous_checkpoint_hint,  # noqa: E402
                                   resolve_resume, trained_data_path)
@@ -144,6 +145,9 @@ def resolve_checkpoint(checkpoint: str) -> str:
     hint = "" if path.exists() else missing_step_hint(path, "checkpoint", "evaluates")
     if hint:
         raise PredictError(f"checkpoint {checkpoint}: no such file or folder{hint}")
+    misplaced = not_a_checkpoint(path)
+    if misplaced:
+        raise PredictError(f"checkpoint {checkpoint} {misplaced}")
     if not path.is_dir() or (path / "model.pt").exists():
         return checkpoint
     if list_checkpoints(path):
@@ -161,6 +165,25 @@ def resolve_checkpoint(checkpoint: str) -> str:
                            f"folder with model.pt and trainer.pt)")
     raise PredictError(f"checkpoint {checkpoint}: a folder without model.pt (expected {EXPECTED}, or a run "
                        f"folder of step_<N>/ checkpoints)")
+
+
+def not_a_checkpoint(path: Path) -> str | None:
+    """What `path` is, when it is a file or folder of a run that is not a checkpoint (the step's
+    training state, predictions): read as one, it was called corrupt ('torch cannot read it') or
+    'not one of our checkpoints', or a predictions folder 'a run folder without a checkpoint'."""
+    vote = "which vote.py reads: python evaluate/vote.py --predictions"
+    if path.is_file() and path.suffix == ".npz":
+        return f"is a predictions file, {vote} {shlex.quote(str(path.parent))}"
+    if (path.is_file() and (path.name == "trainer.pt" or (path.name.startswith("rank_") and path.suffix == ".pt"))
+            and (path.parent / "model.pt").is_file()):
+        return (f"is the training state saved beside the step's weights: pass the step folder, "
+                f"{command_line_arg('checkpoint', path.parent, hydra=False)} (or its model.pt)")
+    steps = sorted((p.parent for p in path.glob("step_*/info.json") if step_number(p.parent) is not None),
+                   key=step_number) if path.is_dir() else []
+    if path.is_dir() and ((path / "info.json").is_file() or steps):
+        return (f"holds predictions, {vote} {shlex.quote(str(steps[-1] if steps else path))}; predict.py takes a "
+                f"checkpoint (a run's step_<N>/ folder, or the run folder)")
+    return None
 
 
 def read_torch_file(path: Path):

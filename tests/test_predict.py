@@ -609,6 +609,26 @@ def test_folders_without_a_checkpoint_are_explained(small_build, tmp_path, capsy
     assert f"checkpoint {tmp_path / 'empty'}: a folder without model.pt" in one_line_error(capsys)
 
 
+def test_a_runs_files_that_are_not_checkpoints_are_named_with_what_to_pass(tmp_path, capsys):
+    """The step's training state was called 'not one of our checkpoints', a predictions file
+    corrupt ('torch cannot read it'), a predictions folder 'a run folder without a checkpoint'."""
+    run = tmp_path / "run"
+    for name in ("step_3/model.pt", "step_3/trainer.pt", "step_3/rank_0.pt", "predictions/step_2/info.json",
+                 "predictions/step_3/info.json", "predictions/step_3/rank_0.npz"):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(b"")
+    vote = f"which vote.py reads: python evaluate/vote.py --predictions {run / 'predictions' / 'step_3'}"
+    for given, said in [
+            ("step_3/trainer.pt", f"is the training state saved beside the step's weights: pass the step folder, "
+                                  f"checkpoint={run / 'step_3'} (or its model.pt)"),
+            ("step_3/rank_0.pt", "is the training state saved beside the step's weights"),
+            ("predictions/step_3/rank_0.npz", f"is a predictions file, {vote}"),
+            ("predictions/step_3", f"holds predictions, {vote}; predict.py takes a checkpoint"),
+            ("predictions", f"holds predictions, {vote}; predict.py takes a checkpoint")]:   # the newest step
+        assert predict.main([f"checkpoint={run / given}"]) == 2
+        assert f"checkpoint {run / given} {said}" in one_line_error(capsys), given
+
+
 def test_a_missing_step_folder_names_the_run_and_its_checkpoints(tmp_path, capsys):
     """checkpoint=<run>/step_5 (removed by keep_checkpoints, or mistyped), or its model.pt: the run's
     step folders are listed and the run folder suggested, as resuming does."""
