@@ -71,6 +71,9 @@ def resolve_predictions(spec: str | None, checkpoints: Path = Path("checkpoints"
     if path.is_dir():
         return _folder(path, spec)
     if path.is_file():
+        if path.suffix == ".pt" and (path.parent / "model.pt").is_file():   # 'missing array(s) ...' said less
+            raise EvaluationInputError(f"--predictions {spec} is a file of a checkpoint, not predictions"
+                                       f"{_newest_step_hint(path.parent)}")
         return PredictionSet([path], read_info(path.parent), spec)
     # a folder's info.json describes its rank files; `step_N/*` means those files, so it is skipped
     files = sorted(Path(p) for p in glob.glob(spec) if Path(p).is_file() and Path(p).name != "info.json")

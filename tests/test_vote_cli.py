@@ -135,8 +135,8 @@ def test_a_run_folder_as_predictions_names_its_newest_step(workdir):
 
 
 def test_a_checkpoint_folder_as_predictions_names_its_predictions(workdir, vote_here):
-    """`--predictions run/step_5` (the checkpoint) for `run/predictions/step_5`: the error names the
-    latter, or predict.py when the step has none."""
+    """`--predictions run/step_5` (the checkpoint, or its model.pt) for `run/predictions/step_5`: the
+    error names the latter, or predict.py when the step has none."""
     run = workdir / "checkpoints" / "proj" / "run"
     for step in ("step_5", "step_7"):
         (run / step).mkdir()
@@ -147,6 +147,11 @@ def test_a_checkpoint_folder_as_predictions_names_its_predictions(workdir, vote_
                                f"--predictions {run / 'predictions' / 'step_5'})\n"), out.stderr
     out = vote_here(workdir, "--predictions", str(run / "step_7"))
     assert out.stderr.endswith(f"python evaluate/predict.py checkpoint={run / 'step_7'} writes its predictions)\n")
+    # one of its files: said so, where it read as an .npz with no arrays ('missing array(s) ...')
+    out = vote_here(workdir, "--predictions", str(run / "step_5" / "model.pt"))
+    assert out.returncode == 2 and out.stderr.endswith(
+        f"--predictions {run / 'step_5' / 'model.pt'} is a file of a checkpoint, not predictions ({run / 'step_5'} "
+        f"is a checkpoint; its predictions: --predictions {run / 'predictions' / 'step_5'})\n"), out.stderr
 
 
 def test_empty_answers_take_no_attempt_and_nan_confidence_stays_valid_json(workdir, tmp_path):
