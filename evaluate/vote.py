@@ -11,6 +11,7 @@ cannot be written, 141 when the reader of stdout stops early (`| head`).
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -152,7 +153,8 @@ def main(argv=None) -> int:
         return 2
     stats = pair_stats(votes)
     meta = {"predictions": [str(f) for f in predictions.files], "source": predictions.source,
-            "data": str(data), "step": (predictions.info or {}).get("step")}
+            # absolute, as info.json records it: render.py --votes reads it from any folder
+            "data": os.path.abspath(data), "step": (predictions.info or {}).get("step")}
     report = build_report(votes, stats, pass_at_k(stats, split.task_pair_start, ks), args.top, meta)
     written = []   # the files first: a reader of stdout that goes away (`| head`) must not cost them
     try:

@@ -162,6 +162,19 @@ def test_render_errors_are_one_line(voted, tmp_path, capsys):
     assert "--best/--worst need --votes" in capsys.readouterr().err
 
 
+def test_a_vote_on_a_relative_build_is_drawn_from_another_folder(voted, tmp_path, monkeypatch):
+    """vote.py --data build (relative) recorded meta.data as typed: render.py --votes run elsewhere
+    then looked for the build there."""
+    build, _ = voted
+    monkeypatch.chdir(tmp_path)
+    assert vote(["--predictions", "p.npz", "--data", "build", "--json", "relative.json"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert render(["--votes", str(tmp_path / "relative.json"), "--worst", "1", "--out", "out"]) == 0
+    assert list((elsewhere / "out").iterdir())
+
+
 def test_a_recorded_build_that_moved_is_named_with_data_as_the_way_out(voted, tmp_path, capsys):
     build, results = voted
     moved = build.parent / "moved"
