@@ -530,6 +530,16 @@ class Trainer:
                   f"rise only to {last}/{warmup} of lr{puzzle} (lr={self.config.lr:g} reaches "
                   f"{lr_at(last, self.config.lr, warmup, self.total_steps, self.config.lr_min_ratio):.3g} at its last "
                   f"step); lower lr_warmup_steps to train at lr", file=sys.stderr, flush=True)
+        # max_steps only shortens a run: one given beyond the epochs' length (to train longer on a
+        # small build) ended at the epochs' end, its reason unsaid
+        if self.config.max_steps is not None and self.config.max_steps > self.total_steps > self.step:
+            meta = self.train_split.metadata
+            per_epoch = meta.total_groups * meta.mean_puzzle_examples / self.config.global_batch_size
+            print(f"note: max_steps={self.config.max_steps} is beyond the run's epochs: epochs={self.config.epochs} "
+                  f"end it at about step {self.total_steps} (an epoch: {meta.total_groups} puzzle groups x "
+                  f"{meta.mean_puzzle_examples:g} mean examples per puzzle / global_batch_size="
+                  f"{self.config.global_batch_size} = {per_epoch:.3g} steps); raise epochs to train longer",
+                  file=sys.stderr, flush=True)
         # A save killed between its renames is the newest checkpoint (it may be the one resumed,
         # which every rank has loaded by now): put in place, never removed with the leftovers
         finished = finish_unrenamed_saves(self.run_dir)

@@ -1457,6 +1457,24 @@ def test_a_warmup_longer_than_the_run_is_warned_of(small_build, tmp_path, capsys
     assert "rise only to 3/12 of lr (lr=0.001" in capsys.readouterr().err
 
 
+def test_a_max_steps_beyond_the_epochs_is_noted(small_build, tmp_path, capsys):
+    """max_steps=40 with epochs=1 ended at the epochs' end (a few steps) without a word."""
+    meta = json.loads((small_build / "train" / "dataset.json").read_text())
+    groups, mean = meta["total_groups"], meta["mean_puzzle_examples"]
+    per_epoch = groups * mean / 8
+    epochs = 2
+    assert 1 <= epochs * per_epoch < 40
+    capsys.readouterr()
+    Trainer(micro_config(small_build, tmp_path / "run", max_steps=40, epochs=epochs, eval_interval=None), CPU,
+            progress=False)
+    assert (f"note: max_steps=40 is beyond the run's epochs: epochs=2 end it at about step {int(epochs * per_epoch)} "
+            f"(an epoch: {groups} puzzle groups x {mean:g} mean examples per puzzle / global_batch_size=8 = "
+            f"{per_epoch:.3g} steps); "
+            f"raise epochs to train longer") in capsys.readouterr().err
+    Trainer(micro_config(small_build, tmp_path / "run2", max_steps=3), CPU, progress=False)   # within: nothing
+    assert "max_steps" not in capsys.readouterr().err
+
+
 def test_ranks_that_do_not_share_the_run_folder_are_refused_at_start_up(small_build, tmp_path):
     """Several nodes, each with checkpoint_path on its own disk (here: each rank its own folder):
     found only at the first save, hours in. Now every rank refuses at start-up, naming the rank, its
