@@ -74,12 +74,12 @@ def format_table(report: dict, max_listed: int = 20) -> str:
              f"rows: {meta['rows']} ({meta['padding_rows']} padding)   "
              f"tasks: {meta['tasks_seen']}/{meta['tasks']} with predictions   "
              f"test inputs: {meta['pairs_seen']}/{meta['pairs']} with predictions",
-             "",
-             f"{'K':>6}   {'task (paper)':<22}{'pair (ARC Prize)':<19}test inputs solved",
-             ]
+             ""]
+    width = max([6, *(len(str(k)) for k in report["pass_at_k"])])   # a K of more digits widens the column
+    lines.append(f"{'K':>{width}}   {'task (paper)':<22}{'pair (ARC Prize)':<19}test inputs solved")
     for k, r in report["pass_at_k"].items():
         tasks = f"{100 * r['task']:6.2f}%  ({r['tasks_solved']}/{meta['tasks']})"
-        lines.append(f"{k:>6}   {tasks:<22}{100 * r['pair']:6.2f}%{'':12}{r['pairs_solved']}/{meta['pairs']}")
+        lines.append(f"{k:>{width}}   {tasks:<22}{100 * r['pair']:6.2f}%{'':12}{r['pairs_solved']}/{meta['pairs']}")
     missing = report["missing"]
     for label, items in (("tasks without predictions", missing["tasks"]),
                          ("test inputs without predictions", [f"{t}[{i}]" for t, i in missing["pairs"]])):

@@ -134,6 +134,19 @@ def test_a_run_folder_as_predictions_names_its_newest_step(workdir):
         resolve_predictions(str(workdir / "data"))     # no hint where there is nothing to point at
 
 
+def test_the_table_keeps_its_columns_for_a_k_of_many_digits(workdir, vote_here):
+    """--K 12345678 pushed its row's columns right of the header's and the other rows'."""
+    out = vote_here(workdir, "--K", "1", "12345678")
+    assert out.returncode == 0, out.stderr
+    header, small, large = out.stdout.splitlines()[4:7]
+    assert header.split()[0] == "K" and small.split()[0] == "1" and large.split()[0] == "12345678"
+    k_end = header.index("K")   # right-aligned: the header's K over each value's last digit
+    assert small.index("1") == k_end and large.index("12345678") + 7 == k_end, out.stdout
+    # every column where the other rows and the header have it
+    assert [i for i, c in enumerate(small) if c in "%/("] == [i for i, c in enumerate(large) if c in "%/("], out.stdout
+    assert header.index("pair") == small.index("%", small.index("%") + 1) - 6, out.stdout
+
+
 def test_a_checkpoint_folder_as_predictions_names_its_predictions(workdir, vote_here):
     """`--predictions run/step_5` (the checkpoint, or its model.pt) for `run/predictions/step_5`: the
     error names the latter, or predict.py when the step has none."""
