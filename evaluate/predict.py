@@ -43,7 +43,7 @@ from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.pretrain_config import command_line_arg, let_the_speaker_finish, say_once_per_node  # noqa: E402
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves  # noqa: E402
 from hrm.train_checkpoint import (list_checkpoints, missing_step_hint, previous_checkpoint_hint,  # noqa: E402
-                                  resolve_resume, trained_data_path)
+                                  resolve_resume, runs_inside_hint, trained_data_path)
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
 SWITCH = {"auto": "auto", "true": True, "false": False}
@@ -164,7 +164,7 @@ def resolve_checkpoint(checkpoint: str) -> str:
         raise PredictError(f"checkpoint {checkpoint} is a run folder without a complete checkpoint (a step_<N>/ "
                            f"folder with model.pt and trainer.pt)")
     raise PredictError(f"checkpoint {checkpoint}: a folder without model.pt (expected {EXPECTED}, or a run "
-                       f"folder of step_<N>/ checkpoints)")
+                       f"folder of step_<N>/ checkpoints){runs_inside_hint(path, 'checkpoint', 'evaluates its latest')}")
 
 
 def not_a_checkpoint(path: Path) -> str | None:

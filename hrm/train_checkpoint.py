@@ -403,10 +403,11 @@ def resolve_resume(resume: str, run_dir: str | Path | None, other_projects: bool
                             f"folder holding one{runs_inside_hint(path)}")
 
 
-def runs_inside_hint(folder: str | Path, shown: int = 3) -> str:
-    """'; it holds the runs a, b (a sweep's checkpoint_path): ...' for a folder whose subfolders are
-    run folders (a sweep's jobs: <checkpoint_path>/<swept values>), else ''. resume= takes one run;
-    a whole sweep continues as a sweep."""
+def runs_inside_hint(folder: str | Path, option: str = "resume", does: str = "continues one", shown: int = 3) -> str:
+    """'; it holds the run folders a, b (...): <option>=<a> <does>' for a folder whose subfolders
+    are run folders (a project's runs; a sweep's jobs: <checkpoint_path>/<swept values>), else ''.
+    For resuming (pretrain.py, option resume: a whole sweep continues as a sweep) and evaluating
+    (predict.py, option checkpoint)."""
     folder = Path(folder)
     try:
         runs = sorted(sub for sub in folder.iterdir() if sub.is_dir() and list_checkpoints(sub))
@@ -415,9 +416,9 @@ def runs_inside_hint(folder: str | Path, shown: int = 3) -> str:
     if not runs:
         return ""
     listed = ", ".join(r.name for r in runs[:shown]) + (f" and {len(runs) - shown} more" if len(runs) > shown else "")
+    sweep = "; a sweep's command run again with resume=latest continues each of its jobs" if option == "resume" else ""
     return (f"; it holds the run folders {listed} (a project's, or a sweep's checkpoint_path): "
-            f"{suggested('resume', runs[0])} continues one; a sweep's command run again with resume=latest "
-            f"continues each of its jobs")
+            f"{suggested(option, runs[0])} {does}{sweep}")
 
 
 def suggested(option: str, path: Path) -> str:

@@ -607,6 +607,16 @@ def test_folders_without_a_checkpoint_are_explained(small_build, tmp_path, capsy
     (tmp_path / "empty").mkdir()
     assert predict.main([f"checkpoint={tmp_path / 'empty'}"]) == 2
     assert f"checkpoint {tmp_path / 'empty'}: a folder without model.pt" in one_line_error(capsys)
+    # a folder of run folders (a sweep's checkpoint_path, a project): the runs, and how to pass one
+    sweep = tmp_path / "sweep"
+    for job in ("lr=0.002", "lr=0.001"):
+        (sweep / job / "step_4").mkdir(parents=True)
+        for name in ("model.pt", "trainer.pt"):
+            (sweep / job / "step_4" / name).write_bytes(b"")
+    assert predict.main([f"checkpoint={sweep}"]) == 2
+    assert one_line_error(capsys).endswith(
+        f"checkpoints); it holds the run folders lr=0.001, lr=0.002 (a project's, or a sweep's checkpoint_path): "
+        f"checkpoint={sweep / 'lr=0.001'} evaluates its latest\n")
 
 
 def test_a_runs_files_that_are_not_checkpoints_are_named_with_what_to_pass(tmp_path, capsys):
