@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -275,6 +276,19 @@ def logged_steps(log: list[dict], window: int) -> tuple[int, int]:
     return steps[-1], max(1, sum(1 for s in steps if s > steps[-1] - window))
 
 
+def runs_inside(folder: Path, shown: int = 3) -> str:
+    """'; it holds the runs a, b: pass them, <folder>/*' for a folder of run folders (a project,
+    a sweep's checkpoint_path, compare.py's --work), else ''."""
+    try:
+        runs = sorted(sub.name for sub in folder.iterdir() if (sub / "log.jsonl").is_file())
+    except OSError:
+        return ""
+    if not runs:
+        return ""
+    listed = ", ".join(runs[:shown]) + (f" and {len(runs) - shown} more" if len(runs) > shown else "")
+    return f"; it holds the runs {listed}: pass them, e.g. {shlex.quote(str(folder))}/*"
+
+
 def main(argv=None) -> int:
     # the help shows the classification rules of the docstring, from its "Classification" paragraph on
     rules = __doc__[__doc__.index("Classification of a run"):].strip()
@@ -297,7 +311,8 @@ def main(argv=None) -> int:
         for run_dir in args.runs:
             if not (run_dir / "log.jsonl").is_file():
                 if not run_dir.exists() or len(args.runs) == 1:   # a typo, or the one folder asked for
-                    raise RunStatusError(f"{run_dir}: no log.jsonl, not a run folder of pretrain.py")
+                    raise RunStatusError(f"{run_dir}: no log.jsonl, not a run folder of pretrain.py"
+                                         f"{runs_inside(run_dir)}")
                 # a match of a glob (`checkpoints/<project>/*`) that holds no run: a folder of a run that
                 # failed before logging, a file beside the runs (compare.py's build.log): said, then passed over
                 print(f"run_status.py: note: {run_dir}: no log.jsonl, not a run folder; skipped", file=sys.stderr)

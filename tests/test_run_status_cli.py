@@ -217,6 +217,16 @@ def test_a_folder_that_is_not_a_run_fails_before_any_line_is_printed(small_build
     assert err == f"run_status.py: error: {tmp_path / 'typo'}: no log.jsonl, not a run folder of pretrain.py\n"
 
 
+def test_a_folder_of_runs_given_alone_names_them(small_build, tmp_path, capsys):
+    """`run_status.py checkpoints/<project>` (or a sweep's checkpoint_path) for its runs."""
+    for name in ("b", "a"):
+        write_run(tmp_path / "project" / name, [1.0] * 3, small_build)
+    assert main([str(tmp_path / "project")]) == 2
+    assert capsys.readouterr().err == (f"run_status.py: error: {tmp_path / 'project'}: no log.jsonl, not a run folder "
+                                       f"of pretrain.py; it holds the runs a, b: pass them, e.g. "
+                                       f"{tmp_path / 'project'}/*\n")
+
+
 def test_a_folder_without_a_run_among_several_is_passed_over(small_build, tmp_path, capsys):
     """`run_status.py checkpoints/<project>/*` may meet a folder that holds no run (one that failed
     before logging) or a file (compare.py's build.log beside its arms): it is named and skipped, and
