@@ -290,7 +290,7 @@ def where_the_run_stands(trainer, sweep: str = "") -> str:
     continues it, starting this job afresh."""
     if trainer is None:
         return "before training"
-    from hrm.train_checkpoint import list_checkpoints
+    from hrm.run_folders import list_checkpoints
     if not list_checkpoints(trainer.run_dir):
         if sweep:
             return f"at step {trainer.step}, before the run's first checkpoint{sweep}"

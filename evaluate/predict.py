@@ -42,8 +42,9 @@ from hrm.evaluation import PredictionsNotWritten, compiled_segment, evaluate, wr
 from hrm.loss import ACTLossHead  # noqa: E402
 from hrm.pretrain_config import command_line_arg, let_the_speaker_finish, say_once_per_node  # noqa: E402
 from hrm.step_names import checkpoint_step, step_number, unrenamed_saves  # noqa: E402
-from hrm.train_checkpoint import (list_checkpoints, missing_step_hint, previous_checkpoint_hint,  # noqa: E402
-                                  resolve_resume, runs_inside_hint, trained_data_path)
+from hrm.run_folders import (list_checkpoints, missing_step_hint, previous_checkpoint_hint,  # noqa: E402
+                             resolve_resume, runs_inside_hint)
+from hrm.train_checkpoint import trained_data_path  # noqa: E402
 
 KEYS = {"checkpoint", "data_path", "output_dir", "batch_size", "device", "compile"}
 SWITCH = {"auto": "auto", "true": True, "false": False}

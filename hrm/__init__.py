@@ -16,6 +16,7 @@ Modules (each documents its public API):
     flops             model FLOPs per token of a training step (the benchmarks' MFU)
     train             the trainer (pretrain.py), with pretrain_config, resume_settings, distributed,
                       compiled, evaluation, train_checkpoint, run_log, run_lock and sweep
+    run_folders       run folders, their checkpoints and the one resume= picks, by path; no torch
 """
 import importlib
 

@@ -102,7 +102,7 @@ def checkpoint_to_resume(config: dict, tag: str) -> Path | None:
     resume = config.get("resume")
     if not resume:
         return None
-    from hrm.train_checkpoint import resolve_resume
+    from hrm.run_folders import resolve_resume
     run_dir = named_run_folder(config, tag)
     try:
         if resume == "auto":
@@ -120,7 +120,7 @@ def run_in_another_project(config: dict, tag: str) -> str | None:
     from the config files' settings (a single run is refused, said here before anything else)."""
     if config.get("resume") != "latest" or not config.get("run_name") or config.get("checkpoint_path"):
         return None
-    from hrm.train_checkpoint import resolve_resume, same_name_elsewhere
+    from hrm.run_folders import resolve_resume, same_name_elsewhere
     run_dir = named_run_folder(config, tag)
     try:
         resolve_resume("latest", run_dir)
@@ -134,7 +134,7 @@ def named_run_folder(config: dict, tag: str = "") -> Path | None:
     None: a default run name holds the time it started."""
     if not (config.get("checkpoint_path") or config.get("run_name")):
         return None
-    from hrm.train import run_folder
+    from hrm.run_folders import run_folder
     return run_folder(config.get("project_name"), config.get("run_name"), config.get("checkpoint_path"),
                       str(config.get("data_path")), tag)
 
@@ -148,7 +148,7 @@ def resume_path_problem(config: dict, tag: str = "") -> str | None:
     resume = config.get("resume")
     if not resume or resume == "auto" or (resume == "latest" and tag):
         return None
-    from hrm.train_checkpoint import resolve_resume
+    from hrm.run_folders import resolve_resume
     try:
         resolve_resume(resume, named_run_folder(config) if resume == "latest" else None,
                        other_projects=not config.get("checkpoint_path"))
@@ -165,7 +165,8 @@ def saved_config(checkpoint: Path) -> dict:
     validated in its place first, and a refusal would name them (`data_path: not a build`)."""
     import torch
     from hrm.checkpoint import CheckpointError, read_torch_file
-    from hrm.train_checkpoint import FORMAT, previous_checkpoint_hint, trained_data_path
+    from hrm.run_folders import previous_checkpoint_hint
+    from hrm.train_checkpoint import FORMAT, trained_data_path
     path = checkpoint / "trainer.pt"
     try:
         trainer = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -206,7 +207,8 @@ def continued_in_place(config: dict, checkpoint: Path, tag: str = "") -> bool:
     """Whether the run continues in the checkpoint's own folder under the name it started with
     (hrm.train.continues_its_run, as Trainer._resume decides it). The folder it writes to: a given
     checkpoint_path (a sweep job's: <checkpoint_path>/<tag>), else the checkpoint's own."""
-    from hrm.train import continues_its_run, run_folder
+    from hrm.run_folders import run_folder
+    from hrm.train import continues_its_run
     folder = (run_folder(config.get("project_name"), "", config["checkpoint_path"], str(config.get("data_path")), tag)
               if config.get("checkpoint_path") else checkpoint.parent)
     return continues_its_run(config.get("run_name"), folder, checkpoint)

@@ -66,7 +66,7 @@ def sweep_tag(config: dict | None = None) -> str:
     tag = ",".join(sorted(job)).replace("/", "_")
     if config is not None and job != sorted(job):
         from hrm.resume_settings import named_run_folder
-        from hrm.train_checkpoint import list_checkpoints
+        from hrm.run_folders import list_checkpoints
         given = ",".join(job).replace("/", "_")
         folders = {t: named_run_folder(config, t) for t in (tag, given)}
         if folders[given] is not None and list_checkpoints(folders[given]) and not list_checkpoints(folders[tag]):
@@ -213,7 +213,7 @@ def checkpoints_in_the_way(config: PretrainConfig, tag: str, job_chdir: bool = F
         return None
     from hrm.distributed import DistInfo
     from hrm.train import run_names
-    from hrm.train_checkpoint import list_checkpoints
+    from hrm.run_folders import list_checkpoints
     # Under checkpoint_path the run name only labels the run; the default one would read this
     # rank's clock now and fix the sweep's shared time stamp (hrm.train.default_stamp) unagreed
     # with the other ranks: a stand-in keeps it unread.
@@ -260,7 +260,7 @@ def job_run_folder(config: PretrainConfig, tag: str, job_chdir: bool = False) ->
     """The run folder a job of the sweep writes to (hrm.train.run_folder), a default run name shown
     as `<arch>-<time>` (the sweep's start, the same for all its jobs, not read here); None for a
     relative one of a job that changes directory (hydra.job.chdir: per job, not told from here)."""
-    from hrm.train import run_folder
+    from hrm.run_folders import run_folder
     folder = run_folder(config.project_name, config.run_name or f"{config.arch.name}-<time>",
                         config.checkpoint_path, config.data_path, tag)
     return None if job_chdir and not folder.is_absolute() else str(folder)
@@ -290,7 +290,7 @@ def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> Pretra
     starting afresh beside resuming ones would train on)."""
     from hrm.distributed import gather_objects
     from hrm.train import run_names
-    from hrm.train_checkpoint import list_checkpoints
+    from hrm.run_folders import list_checkpoints
     run_dir = run_names(config, info, tag)[2]
     if any(gather_objects(bool(list_checkpoints(run_dir)), info)):
         return config.model_copy(update={"resume": "latest"})

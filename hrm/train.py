@@ -43,10 +43,11 @@ from hrm.pretrain_config import PretrainConfig, command_line_arg
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
 from hrm.run_log import RunLog, error_text, new_wandb_run_id, progress_bar, resolve_wandb_mode, wandb_run_id
+from hrm.run_folders import list_checkpoints, project_of, resolve_resume, run_folder
 from hrm.scaling import derive_scaling
 from hrm.train_checkpoint import (check_run_folder_shared, check_run_folder_usable, check_run_folder_writable,
-                                  checkpoint_step, finish_unrenamed_saves, list_checkpoints, load_checkpoint,
-                                  remove_unfinished_saves, resolve_resume, save_checkpoint, unwritable_run_folder)
+                                  checkpoint_step, finish_unrenamed_saves, load_checkpoint, remove_unfinished_saves,
+                                  save_checkpoint, unwritable_run_folder)
 
 
 class TrainingDiverged(RuntimeError):
@@ -201,19 +202,6 @@ def continues_its_run(run_name: str | None, run_dir: Path, checkpoint: Path) -> 
     it writes to (resume=<its folder>, or checkpoint_path= that folder). W&B then continues the
     same run. Trainer._resume and hrm.resume_settings decide it here alike."""
     return not run_name and Path(checkpoint).parent.resolve() == Path(run_dir).resolve()
-
-
-def project_of(project_name: str | None, data_path: str) -> str:
-    return project_name or f"{Path(data_path).name}-hrm"
-
-
-def run_folder(project_name: str | None, run_name: str, checkpoint_path: str | None, data_path: str,
-               tag: str = "") -> Path:
-    """checkpoint_path (a sweep job's: <checkpoint_path>/<tag>), else
-    checkpoints/<project_of(...)>/<run name>[-<tag>]."""
-    if checkpoint_path:
-        return Path(checkpoint_path) / tag if tag else Path(checkpoint_path)
-    return Path("checkpoints") / project_of(project_name, data_path) / (f"{run_name}-{tag}" if tag else run_name)
 
 
 # May differ on resume: the compute dtype follows the device (a CPU run continued on GPUs), the

@@ -199,7 +199,7 @@ def checkpoint_data_path(run_dir: Path) -> str | None:
     """The build path resolved by the trainer, saved in the run's newest trainer.pt (None without a
     checkpoint, or with one that cannot be read: the typed data_path is then all there is)."""
     import torch
-    from hrm.train_checkpoint import list_checkpoints
+    from hrm.run_folders import list_checkpoints
     kept = list_checkpoints(run_dir)
     if not kept:
         return None

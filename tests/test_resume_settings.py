@@ -266,6 +266,29 @@ def test_resume_latest_that_finds_nothing_is_said_before_the_config_files_data_p
     assert resume_path_problem(dict(config, resume="auto")) is None
 
 
+def test_a_resume_path_mistake_is_found_without_loading_torch(tmp_path):
+    """pretrain.py says a `resume=` mistake before anything loads torch (seconds, where the config
+    checks take a fraction of one): the path rules (hrm.run_folders) and the settings code import
+    none of it on the way. Checked in a fresh interpreter: this one has torch loaded."""
+    (tmp_path / "sweep" / "lr=0.1" / "step_2").mkdir(parents=True)
+    (tmp_path / "sweep" / "lr=0.1" / "step_2" / "trainer.pt").write_bytes(b"")
+    code = ("import sys\n"
+            "from hrm.resume_settings import resume_path_problem, resume_with_saved_settings\n"
+            f"config = {{'resume': {str(tmp_path / 'sweep')!r}, 'run_name': None, 'project_name': None,\n"
+            "          'checkpoint_path': None, 'data_path': 'data/none'}\n"
+            "print(resume_path_problem(config))\n"
+            "print(resume_path_problem(dict(config, resume='latest', run_name='X')))\n"
+            "print(resume_with_saved_settings(dict(config, resume='latest', run_name='X'), [])[1])\n"
+            "print('torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stderr
+    said = run.stdout.splitlines()
+    assert said[0].startswith(f"resume={tmp_path / 'sweep'}: neither a checkpoint folder") and "lr=0.1" in said[0]
+    assert said[1].startswith("resume=latest: no checkpoint under ") and said[2] == "None"
+    assert said[3] == "False", run.stdout
+
+
 def test_resume_latest_of_a_run_in_another_project_is_refused_naming_it(tmp_path, monkeypatch):
     """`resume=latest run_name=X` without the data_path X trained on: the project is the config
     files' build's (`arc-aug-1000-hrm`), where X is not. The refusal names where X's checkpoints

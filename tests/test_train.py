@@ -469,7 +469,8 @@ def test_a_resave_killed_between_its_renames_is_the_newest_checkpoint(tmp_path):
     by then) to `step_N`: a kill between the two leaves no `step_N`. That `.tmp` is the run's newest
     save, found as such without touching the folder (pretrain.py reads it before any lock), and put
     in place by finish_unrenamed_saves; a `.tmp` without `.old` beside it is still a cut-short save."""
-    from hrm.train_checkpoint import finish_unrenamed_saves, list_checkpoints, remove_unfinished_saves, resolve_resume
+    from hrm.train_checkpoint import finish_unrenamed_saves, remove_unfinished_saves
+    from hrm.run_folders import list_checkpoints, resolve_resume
     run = tmp_path / "run"
     for name in ("step_1", ".step_2.old", ".step_2.tmp", ".step_3.tmp"):
         (run / name).mkdir(parents=True)
@@ -524,7 +525,7 @@ def test_a_run_killed_while_saving_a_step_again_resumes_that_save(tiny_build, tm
 
 
 def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
-    from hrm.train_checkpoint import resolve_resume
+    from hrm.run_folders import resolve_resume
     run = tmp_path / "run"
     for step in (2, 10):
         (run / f"step_{step}").mkdir(parents=True)
@@ -563,7 +564,7 @@ def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
 def test_a_missing_step_folder_names_the_run_and_its_last_checkpoints(tmp_path):
     """resume=<run>/step_30 where keep_checkpoints removed step_30 (or a typo): the run's last step
     folders are listed and the run folder, which continues from its newest, suggested."""
-    from hrm.train_checkpoint import resolve_resume
+    from hrm.run_folders import resolve_resume
     run = tmp_path / "run"
     for step in (10, 20, 40, 50):
         (run / f"step_{step}").mkdir(parents=True)
@@ -580,7 +581,7 @@ def test_a_missing_step_folder_names_the_run_and_its_last_checkpoints(tmp_path):
 def test_resume_latest_that_finds_nothing_names_the_same_run_in_another_project(tmp_path):
     """The project defaults to `<data folder>-hrm`: `resume=latest run_name=X` with data_path set to
     another build looks in another project; the error points at where run X's checkpoints are."""
-    from hrm.train_checkpoint import resolve_resume
+    from hrm.run_folders import resolve_resume
     checkpoints = tmp_path / "checkpoints"
     (checkpoints / "arc-aug-1000-hrm" / "X" / "step_5").mkdir(parents=True)
     (checkpoints / "arc-aug-1000-hrm" / "X" / "step_5" / "trainer.pt").write_bytes(b"")
@@ -1870,7 +1871,7 @@ def test_suggested_resume_of_a_sweep_run_parses_as_that_path(tmp_path, capsys):
     from types import SimpleNamespace
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hrm.train_checkpoint import missing_step_hint, previous_checkpoint_hint
+    from hrm.run_folders import missing_step_hint, previous_checkpoint_hint
     spec = importlib.util.spec_from_file_location("pretrain_script", ROOT / "pretrain.py")
     pretrain = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pretrain)
@@ -2506,7 +2507,7 @@ def test_keep_checkpoints_never_prunes_the_checkpoint_just_written(tiny_build, t
                          eval_save_predictions=False), CPU, progress=False).fit()
     latest = (run / "latest").read_text()
     assert latest == "step_2" and (run / latest / "trainer.pt").is_file()
-    from hrm.train_checkpoint import resolve_resume
+    from hrm.run_folders import resolve_resume
     assert resolve_resume("latest", run).name == "step_2"
     # keep_checkpoints=2: step_2 and the one before it; the abandoned line's later steps are left alone
     assert sorted(c.name for c in run.glob("step_*")) == ["step_1", "step_2", "step_3", "step_4"]
@@ -2538,7 +2539,8 @@ def test_a_save_that_fills_the_disk_says_so_and_leaves_the_runs_checkpoints_as_t
     """A full disk while model.pt is written: one error naming the file and the reason (torch's own
     writer says 'unexpected pos 704 vs 598'), the cut-short `.step_<N>.tmp` removed (its space is
     what the disk lacks), `latest` and the checkpoint it names untouched; the next save works."""
-    from hrm.train_checkpoint import CheckpointNotSaved, list_checkpoints
+    from hrm.train_checkpoint import CheckpointNotSaved
+    from hrm.run_folders import list_checkpoints
     run = tmp_path / "run"
     trainer = Trainer(micro_config(tiny_build, run, max_steps=1, eval_save_predictions=False), CPU, progress=False)
     trainer.fit()
@@ -2563,7 +2565,8 @@ def test_a_save_whose_folder_cannot_be_made_on_a_full_disk_says_so(tiny_build, t
     raised by rank 0 alone while the other ranks wait at the barrier after it."""
     import errno
 
-    from hrm.train_checkpoint import CheckpointNotSaved, list_checkpoints
+    from hrm.train_checkpoint import CheckpointNotSaved
+    from hrm.run_folders import list_checkpoints
     run = tmp_path / "run"
     trainer = Trainer(micro_config(tiny_build, run, max_steps=1, eval_save_predictions=False), CPU, progress=False)
     trainer.fit()
@@ -2608,7 +2611,8 @@ def test_keep_checkpoints_that_cannot_remove_a_step_warns_and_leaves_no_half_rem
     does, and is never pruned). The step is renamed aside first; the next start removes the rest."""
     import shutil
 
-    from hrm.train_checkpoint import list_checkpoints, remove_unfinished_saves
+    from hrm.train_checkpoint import remove_unfinished_saves
+    from hrm.run_folders import list_checkpoints
     real_rmtree = shutil.rmtree
 
     def rmtree_cut_short(path, *args, **kwargs):
