@@ -12,6 +12,7 @@ Public API
 ``RunLock.acquire(run_dir) -> RunLock``   RunFolderInUse (a ValueError) naming the holder (pid, host,
                                           start) when the folder is in use; creates the folder when
                                           it is missing.
+``is_held(run_dir) -> bool``               whether another process holds it now (takes nothing)
 ``lock.release(cleanup=False)``           idempotent; ``cleanup`` also removes the lock file and the
                                           folders acquire() created, if nothing else was put there
                                           (a start refused after the lock was taken leaves nothing).
@@ -47,6 +48,20 @@ def _names(path: Path, handle) -> bool:
         return os.path.samestat(os.stat(path), os.fstat(handle.fileno()))
     except FileNotFoundError:
         return False
+
+
+def is_held(run_dir: str | Path) -> bool:
+    """Whether another process holds `run_dir` now; takes nothing and creates nothing (a probe for
+    messages: the hold is only ever taken by RunLock.acquire, which decides)."""
+    path = Path(run_dir) / LOCK_NAME
+    if fcntl is None or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)   # released as the file closes
+    except OSError as e:
+        return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+    return False
 
 
 class RunLock:

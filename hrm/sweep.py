@@ -291,10 +291,13 @@ def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> Pretra
     from hrm.distributed import gather_objects
     from hrm.train import run_names
     from hrm.run_folders import list_checkpoints
+    from hrm.run_lock import is_held
     run_dir = run_names(config, info, tag)[2]
     if any(gather_objects(bool(list_checkpoints(run_dir)), info)):
         return config.model_copy(update={"resume": "latest"})
-    if info.is_main:
+    # a folder another process is training into (before its first save) is refused by the Trainer
+    # next, naming that process: "starts afresh" first would contradict it
+    if info.is_main and not is_held(run_dir):
         print(f"pretrain.py: nothing to resume in {run_dir}: "
               f"{'this job of the sweep' if tag else 'the run'} starts afresh", flush=True)
     return config.model_copy(update={"resume": None})

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from hrm.run_lock import LOCK_NAME, RunFolderInUse, RunLock
+from hrm.run_lock import LOCK_NAME, RunFolderInUse, RunLock, is_held
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="flock is POSIX")
 
@@ -98,3 +98,19 @@ def test_a_filesystem_whose_stat_never_matches_the_open_file_still_takes_the_loc
     with pytest.raises(RunFolderInUse):
         RunLock.acquire(tmp_path / "run")
     lock.release()
+
+
+def test_is_held_tells_a_held_folder_from_a_free_one_and_takes_nothing(tmp_path):
+    """The probe behind resume=auto's message: a folder whose lock another holder has, against a free
+    one, one never locked (no .lock, and none made) and one that does not exist (not made either)."""
+    assert not is_held(tmp_path / "missing") and not (tmp_path / "missing").exists()
+    (tmp_path / "plain").mkdir()
+    assert not is_held(tmp_path / "plain") and not (tmp_path / "plain" / LOCK_NAME).exists()
+    lock = RunLock.acquire(tmp_path / "run")
+    assert is_held(tmp_path / "run")
+    assert is_held(tmp_path / "run")                 # probing twice leaves the hold with its holder
+    with pytest.raises(RunFolderInUse):
+        RunLock.acquire(tmp_path / "run")
+    lock.release()
+    assert not is_held(tmp_path / "run")
+    RunLock.acquire(tmp_path / "run").release()      # the probe left nothing held behind

@@ -1009,6 +1009,22 @@ def test_resume_auto_starts_a_run_and_continues_it_with_the_same_command(tiny_bu
         micro_config(tiny_build, run, checkpoint_path=None, resume="auto")
 
 
+def test_resume_auto_into_a_folder_in_use_does_not_say_it_starts_afresh(tiny_build, tmp_path, capsys):
+    """resume=auto while another process trains into the run folder before its first checkpoint: the
+    Trainer refuses the folder as in use, so "nothing to resume ... starts afresh" must not come first."""
+    from hrm.run_lock import RunLock
+    from hrm.sweep import fresh_if_nothing_to_resume
+    run = tmp_path / "run"
+    holder = RunLock.acquire(run)
+    try:
+        config = fresh_if_nothing_to_resume(micro_config(tiny_build, run, max_steps=2, resume="auto"), CPU, "")
+        assert config.resume is None and "starts afresh" not in capsys.readouterr().out
+        with pytest.raises(ValueError, match=f"{run} is in use: pid {os.getpid()} on "):
+            Trainer(config, CPU, progress=False)
+    finally:
+        holder.release()
+
+
 def test_a_fresh_start_keeps_the_log_of_an_earlier_start_that_left_no_checkpoint(small_build, tmp_path, capsys):
     """A run that crashed before its first checkpoint, started again with resume=auto (nothing to
     resume: it starts afresh): its log, the only record of why it crashed, and its config were
