@@ -61,7 +61,49 @@ def read_report(path: Path) -> dict:
             raise SeedsError(f"{path}: not a report of scripts/compare.py (no '{field}')")
     if not isinstance(report["arms"], dict) or len(report["arms"]) != 2:
         raise SeedsError(f"{path}: 'arms' must hold the comparison's two arms")
+    problem = shape_problem(report)
+    if problem:   # said here, by file and field: below, it was a traceback (AttributeError, TypeError...)
+        raise SeedsError(f"{path}: not a report of scripts/compare.py ({problem})")
     return report
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def shape_problem(report: dict) -> str | None:
+    """What in a report (its fields present) is not as compare.py writes it, naming the field, or
+    None: a seed that is not a whole number (the columns are sorted by it), a build or arm that is
+    not an object, a command that is not one shell line, a figure or pass@K that is not a number."""
+    if not isinstance(report["seed"], int) or isinstance(report["seed"], bool):
+        return f"'seed' is {report['seed']!r}, not a whole number"
+    if not isinstance(report["build"], dict):
+        return "'build' is not an object"
+    for name, arm in report["arms"].items():
+        if not isinstance(arm, dict):
+            return f"arm '{name}' is not an object"
+        command = arm.get("command")
+        if command is not None and not isinstance(command, str):
+            return f"arm '{name}': 'command' is not a string"
+        try:
+            shlex.split(command or "")
+        except ValueError as e:   # an unclosed quote
+            return f"arm '{name}': 'command' is not a shell line ({e})"
+        for key, _, _ in METRICS:
+            if arm.get(key) is not None and not _is_number(arm[key]):
+                return f"arm '{name}': '{key}' is {arm[key]!r}, not a number"
+        pass_at_k = arm.get("pass_at_k")
+        if pass_at_k is None:
+            continue
+        if not isinstance(pass_at_k, dict):
+            return f"arm '{name}': 'pass_at_k' is not an object"
+        for k, scores in pass_at_k.items():
+            if not k.isdigit() or not (scores is None or isinstance(scores, dict)):
+                return f"arm '{name}': pass_at_k entry {k!r} is not K: {{task, pair}}"
+            task = (scores or {}).get("task")
+            if task is not None and not _is_number(task):
+                return f"arm '{name}': pass@{k} task is {task!r}, not a number"
+    return None
 
 
 def shared_settings(report: dict) -> dict:

@@ -132,3 +132,35 @@ def test_a_report_whose_runs_trained_with_another_seed_is_refused(tmp_path, caps
     assert compare_seeds.main(files) == 1
     err = capsys.readouterr().err
     assert "again.json: it says seed 2, but its baseline arm trained with seed=1" in err, err
+
+
+def _changed(change) -> dict:
+    second = report(1, {"baseline": 1.0, "deeploop": 1.0})
+    change(second)
+    return second
+
+
+@pytest.mark.parametrize("second, message", [
+    (_changed(lambda r: r.update(build=None)), "'build' is not an object"),
+    (_changed(lambda r: r.update(seed="1")), "'seed' is '1', not a whole number"),
+    (_changed(lambda r: r["arms"].update(baseline="HRM")), "arm 'baseline' is not an object"),
+    (_changed(lambda r: r["arms"]["baseline"].update(command=["python", "pretrain.py"])),
+     "arm 'baseline': 'command' is not a string"),
+    (_changed(lambda r: r["arms"]["baseline"].update(command="python pretrain.py 'seed=1")),
+     "arm 'baseline': 'command' is not a shell line (No closing quotation)"),
+    (_changed(lambda r: r["arms"]["deeploop"].update(eval_lm_loss="1.2")), "arm 'deeploop': 'eval_lm_loss' is '1.2'"),
+    (_changed(lambda r: r["arms"]["deeploop"].update(pass_at_k={"top2": {"task": 0.1}})),
+     "arm 'deeploop': pass_at_k entry 'top2' is not K"),
+    (_changed(lambda r: r["arms"]["deeploop"].update(pass_at_k={"2": {"task": "12.5%"}})),
+     "arm 'deeploop': pass@2 task is '12.5%', not a number"),
+])
+def test_a_report_of_another_shape_is_named_by_its_field_not_a_traceback(tmp_path, capsys, second, message):
+    """A hand-edited or foreign JSON with the four top-level fields went on into the table and
+    stopped with an AttributeError, a TypeError (a seed "1" sorted beside 0) or shlex's ValueError."""
+    first = write(tmp_path, "first.json", report(0, {"baseline": 1.0, "deeploop": 1.0}))
+    other = write(tmp_path, "other.json", second)
+    assert compare_seeds.main([first, other]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"compare_seeds.py: error: {other}: not a report of "
+                                                   f"scripts/compare.py ("), err
+    assert message in err, err
