@@ -273,7 +273,7 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
     steps, in_window = logged_steps(log, FINAL_WINDOW)   # optimizer steps, also with --set log_interval=k
     first = next((r for r in log if "scaling/L/alpha" in r), {})
     evaluation = last_eval(log)
-    vote = None if diverged_at is not None else json.loads((run_dir / "vote.json").read_text())
+    vote = None if diverged_at is not None else read_vote(run_dir / "vote.json")
     command, recorded = training_command(recipe, arm)
     trained, meant = seed_of(command), seed_of(recipe.train_cmd(arm))
     if recorded and trained is not None and trained != meant:
@@ -299,6 +299,22 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
         "predictions_by": None if vote is None else predictions_writer(run_dir),
         "seconds": {"train": _round(train_s), "predict": _round(predict_s), "vote": _round(vote_s)},
     }
+
+
+def read_vote(path: Path) -> dict:
+    """vote.py's JSON report, or an ExperimentError naming the file: json's own message (a file cut
+    short, another program's) did not say which arm's vote it was, and a report without pass@K
+    was a KeyError traceback."""
+    try:
+        vote = json.loads(path.read_text())
+    except ValueError as e:     # not JSON, or not text
+        raise ExperimentError(f"{path}: not a report of evaluate/vote.py ({e}); vote this arm again") from None
+    scores = vote.get("pass_at_k") if isinstance(vote, dict) else None
+    if not isinstance(scores, dict) or not all(isinstance(v, dict) and {"task", "pair"} <= v.keys()
+                                               for v in scores.values()):
+        raise ExperimentError(f"{path}: not a report of evaluate/vote.py (no pass_at_k of K: {{task, pair}}); "
+                              f"vote this arm again")
+    return vote
 
 
 def arm_outcome(run_dir: Path, floor: float) -> str:

@@ -666,3 +666,21 @@ def test_an_arm_that_diverged_before_logging_a_step_leaves_strict_json(small_bui
     base = report["arms"]["hrm_v1"]
     assert (base["outcome"], base["final_train_lm_loss"], base["min_train_lm_loss"]) == ("diverged", None, None)
     assert "| final train LM loss (mean of last 50 steps, or all) | - |" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize("vote, said", [('{"pass_at_k": {"1": {"task": 0.5, "pa', "Unterminated string"),
+                                         ('{"tasks": {}}', "no pass_at_k of K: {task, pair}"),
+                                         ('{"pass_at_k": {"1": 0.5}}', "no pass_at_k of K: {task, pair}")])
+def test_report_on_a_vote_json_that_is_not_votes_names_the_file(tmp_path, capsys, vote, said):
+    """A vote.json cut short was json's bare `Unterminated string ...` (which arm's?), and one
+    without pass@K a KeyError traceback."""
+    recipe = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--report", "--work", str(tmp_path)]))
+    for arm in recipe.arms:
+        recipe.run_dir(arm).mkdir(parents=True)
+        (recipe.run_dir(arm) / "vote.json").write_text(json.dumps({"pass_at_k": {"1": {"task": 0.5, "pair": 0.5}}}))
+    damaged = recipe.run_dir(recipe.arms[1]) / "vote.json"
+    damaged.write_text(vote)
+    assert compare.main(["--preset", "paper", "--report", "--work", str(tmp_path), "--out", str(tmp_path / "t")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"compare.py: error: {damaged}: not a report of evaluate/vote.py (") and said in err, err
+    assert err.count("\n") == 1 and not list(tmp_path.glob("t.*"))
