@@ -41,7 +41,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      check_outputs, divergence_step, exact_text, json_safe, latest_checkpoint,
+                                      check_outputs, claimed_override, divergence_step, exact_text, json_safe, latest_checkpoint,
                                       last_eval, output_path, read_run_log, remove_unless_training, run_logged,
                                       seed_of, shell_line, gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
@@ -102,6 +102,16 @@ def cpu_recipe(args) -> Recipe:
     arms = [Arm("baseline", "HRM, no scaling (alpha = beta = 1)", ["arch=hrm_tiny", "arch.scaling.rule=none"]),
             Arm("deeploop", "HRM + DeepLoop (p = 1/2)", ["arch=hrm_tiny"])]
     return Recipe("cpu", build, None, arms, common, [PYTHON], work, [1, 2, 10])
+
+
+# What each arm's command sets itself, with the flag that does: a --set of one, coming after it, would
+# win in both arms unseen (claimed_override). The arms differ in the scaling alone, so a --set of its
+# rule or exponent (a p given with rule none makes that rule custom) would make the baseline another
+# arm while the table still calls it the baseline.
+CLAIMED = {"arch": "--preset (the arms)", "seed": "--seed", "max_steps": "--steps", "lr": "--lr",
+           "data_path": "--preset cpu's build / --data", "checkpoint_path": "--work",
+           **{f"arch.scaling.{module}{field}": "--preset (the arms differ in the scaling alone)"
+              for module in ("", "H.", "L.") for field in ("rule", "p")}}
 
 
 PAPER_EXTRA_DIR = "ConceptARC/corpus"    # the published recipe's 960 tasks: ARC-AGI-1 + ConceptARC
@@ -473,6 +483,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error(f"--steps must be >= 1, got {args.steps}")
     if args.lr is not None and not args.lr > 0:
         ap.error(f"--lr must be > 0, got {args.lr}")
+    claimed = claimed_override(args.set, CLAIMED)
+    if claimed:
+        ap.error(claimed)
     if args.preset == "cpu" and (args.launch or args.data or args.extra_dir):
         ap.error("--launch, --data and --extra-dir belong to --preset paper")
     if args.preset == "paper" and (args.source_dir or args.jobs or args.threads or args.gpus):

@@ -139,6 +139,26 @@ def check_outputs(out: Path, suffixes: list[str], work: Path | None) -> None:
         raise ExperimentError(str(e)) from None
 
 
+def override_key(override: str) -> str:
+    """The config key a Hydra override sets: `+a.b=1`, `++a.b=1`, `~a.b` and `a.b=1` all set a.b."""
+    return override.lstrip("+~").split("=", 1)[0].strip()
+
+
+def claimed_override(overrides: list[str], claimed: dict[str, str]) -> str | None:
+    """Why one of the `--set` overrides is refused, or None. `claimed`: {config key: the flag or
+    reason that sets it}, the keys a script writes into every command itself. Hydra takes the last
+    of two values for one key, and --set comes after the script's own: `--set lr=0.05` trained
+    every p-sweep cell at 0.05 while its CSV, plot and folder said --lr's 1e-3. A key above a
+    claimed one (`arch.scaling` above arch.scaling.p) would replace it too."""
+    for override in overrides:
+        key = override_key(override)
+        for owned, flag in claimed.items():
+            if key == owned or owned.startswith(key + "."):
+                return (f"--set {override}: {owned} is set by {flag}; the table would name the value the "
+                        f"script set, not the one trained with")
+    return None
+
+
 def parse_table_args(ap: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """The arguments of a script that reads runs or reports into one table (compare_seeds.py,
     alignment_table.py), with its --out (OUT.md and OUT.json, or only the table on stdout) refused

@@ -68,7 +68,8 @@ from hrm.pretrain_config import PretrainConfig  # noqa: E402
 from hrm.resume_settings import flat_settings  # noqa: E402
 from hrm.step_names import unrenamed_saves  # noqa: E402
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
-                                      check_outputs, exact_text, last_eval, latest_checkpoint, read_run_log,
+                                      check_outputs, claimed_override, exact_text, last_eval, latest_checkpoint,
+                                      read_run_log,
                                       output_path, remove_unless_training, run_logged,
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
@@ -81,6 +82,14 @@ CSV_COLUMNS = ["p", "seed", "lr", "loops", "status", "final_loss", "min_loss", "
                "alpha", "beta", "eval_lm_loss", "exit_code", "seconds"]
 # The committed CPU run: 4 exponents x 2 seeds x 2 learning rates of hrm_tiny on 16 ARC-AGI-1 tasks,
 # two runs at a time (15.4 minutes on 2 cores: results/p_sweep_cpu.md).
+# The settings each cell's command sets itself (train_command), with the flag that sets them: a
+# --set of one would override it in every cell unseen (claimed_override).
+CLAIMED = {"arch": "--arch", "data_path": "--data", "global_batch_size": "--batch", "max_steps": "--steps",
+           "lr": "--lr", "lr_warmup_steps": "--warmup", "seed": "--seeds", "checkpoint_path": "--work",
+           "arch.scaling.rule": "the sweep (always custom)", "arch.scaling.p": "--p",
+           "arch.scaling.H.rule": "the sweep (p applies to both modules)", "arch.scaling.H.p": "--p",
+           "arch.scaling.L.rule": "the sweep (p applies to both modules)", "arch.scaling.L.p": "--p",
+           "arch.H_cycles": "--loops HxL", "arch.L_cycles": "--loops"}
 PRESETS = {
     "cpu": dict(p=[0.30, 0.40, 0.50, 0.60], seeds=[0, 1], lr=[1e-3, 1e-2], loops=["2"], steps=100, jobs=2,
                 arch="hrm_tiny", out="results/p_sweep_cpu", work="checkpoints/p_sweep_cpu"),
@@ -548,6 +557,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.out, args.work = Path(args.out), Path(args.work)
+    claimed = claimed_override(args.set, CLAIMED)
+    if claimed:
+        ap.error(claimed)
     arch_file = REPO / "configs" / "arch" / f"{args.arch}.yaml"
     if not arch_file.is_file():
         ap.error(f"--arch {args.arch}: no {arch_file.relative_to(REPO)}")

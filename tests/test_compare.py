@@ -195,6 +195,23 @@ def test_the_paper_build_launched_from_elsewhere_gets_the_paths_meant_from_there
                     str(tmp_path / "b")]]
 
 
+@pytest.mark.parametrize("preset", ["cpu", "paper"])
+@pytest.mark.parametrize("override, flag", [
+    ("arch.scaling.rule=deeploop", "arch.scaling.rule is set by --preset"),
+    ("arch.scaling.p=0.3", "arch.scaling.p is set by --preset"), ("seed=3", "seed is set by --seed"),
+    ("++max_steps=10", "max_steps is set by --steps"), ("checkpoint_path=x", "checkpoint_path is set by --work")])
+def test_a_set_of_what_the_arms_set_themselves_is_refused(tmp_path, capsys, preset, override, flag):
+    """--set comes after each arm's own settings and Hydra takes the last: `--set
+    arch.scaling.rule=deeploop` (or a p, which makes rule none custom) trained both arms with
+    DeepLoop under the labels baseline and DeepLoop; `--set seed=3` trained seed 3 in a report of seed 0."""
+    with pytest.raises(SystemExit) as e:
+        compare.parse_args(["--preset", preset, "--set", "diagnostics_interval=25", override,
+                            "--out", str(tmp_path / "r")])
+    assert e.value.code == 2
+    assert f"--set {override}: {flag}" in capsys.readouterr().err
+    assert compare.parse_args(["--preset", preset, "--set", "arch.hidden_size=32", "--out", str(tmp_path / "r")]).set
+
+
 def test_cpu_only_options_are_refused_for_paper():
     with pytest.raises(SystemExit):
         compare.parse_args(["--preset", "paper", "--jobs", "2"])

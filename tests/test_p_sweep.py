@@ -293,6 +293,23 @@ def test_non_finite_p_and_bad_lr_are_refused():
         assert e.value.code == 2
 
 
+@pytest.mark.parametrize("override, flag", [
+    ("lr=0.05", "lr is set by --lr"), ("arch.L_cycles=4", "arch.L_cycles is set by --loops"),
+    ("+arch.scaling.p=0.9", "arch.scaling.p is set by --p"), ("arch.scaling.L.p=0.9", "arch.scaling.L.p is set by --p"),
+    ("arch.scaling={rule: none}", "arch.scaling.rule is set by the sweep"), ("seed=5", "seed is set by --seeds"),
+    ("checkpoint_path=/tmp/x", "checkpoint_path is set by --work"), ("arch=hrm_v1", "arch is set by --arch")])
+def test_a_set_of_what_each_cell_sets_itself_is_refused(capsys, override, flag):
+    """Hydra takes the last value of a key and --set comes after the cell's own: `--set lr=0.05`
+    trained every cell at lr 0.05, p=0.9 or L_cycles=4, while the CSV, the plot and the folders said
+    --lr's, --p's and --loops' values (and checkpoint_path put every cell in one folder)."""
+    with pytest.raises(SystemExit) as e:
+        p_sweep.parse_args(["--set", "arch.hidden_size=32", override])
+    assert e.value.code == 2
+    assert f"--set {override}: {flag}" in capsys.readouterr().err
+    # what no cell sets stays free, below a claimed key's parent too
+    assert p_sweep.parse_args(["--set", "arch.scaling.c=3", "arch.hidden_size=32", "eval_interval=50"]).set
+
+
 def test_task_counts_below_one_are_refused(capsys):
     # a negative count sliced the task list from its end: --tasks -1 8 built 399 training tasks
     for tasks in (["-1", "8"], ["8", "0"]):
