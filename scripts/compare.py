@@ -364,7 +364,10 @@ def results_markdown(report: dict) -> str:
     def row(name, values):
         return f"| {name} | " + " | ".join(values) + " |"
 
-    ks = next((list(a["pass_at_k"]) for a in arms if a["pass_at_k"] is not None), [])   # none: all diverged
+    # every K either arm was voted with, in order: an arm voted again by hand with other --K (a
+    # --report) has no figure for the others, where the first arm's K alone were shown, and a K
+    # the second arm lacked was a KeyError
+    ks = sorted({k for a in arms for k in (a["pass_at_k"] or {})}, key=int)   # none: all diverged
     lines = [f"# Baseline vs DeepLoop ({report['preset']} preset)", "",
              f"Command: `{report['command']}`  ",
              f"Build: {report['build']['description']}, digest `{report['build']['digest']}` "
@@ -389,8 +392,9 @@ def results_markdown(report: dict) -> str:
              row("eval token accuracy", [_pct(a["eval_token_accuracy"]) for a in arms]),
              row("eval exact accuracy", [_pct(a["eval_exact_accuracy"]) for a in arms])]
     for k in ks:
-        lines.append(row(f"pass@{k} task (pair)", [f"{_pct(a['pass_at_k'][k]['task'])} ({_pct(a['pass_at_k'][k]['pair'])})"
-                                                   if a["pass_at_k"] is not None else "-" for a in arms]))
+        scores = [(a["pass_at_k"] or {}).get(k) for a in arms]
+        lines.append(row(f"pass@{k} task (pair)", [f"{_pct(s['task'])} ({_pct(s['pair'])})" if s is not None else "-"
+                                                   for s in scores]))
     lines.append(row("predictions written by", [a.get("predictions_by") or "-" for a in arms]))
     lines.append(row("wall time train / predict / vote (s)",
                      [" / ".join("-" if a["seconds"][k] is None else f"{a['seconds'][k]:.0f}"

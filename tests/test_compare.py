@@ -701,3 +701,21 @@ def test_report_on_a_vote_json_that_is_not_votes_names_the_file(tmp_path, capsys
     err = capsys.readouterr().err
     assert err.startswith(f"compare.py: error: {damaged}: not a report of evaluate/vote.py (") and said in err, err
     assert err.count("\n") == 1 and not list(tmp_path.glob("t.*"))
+
+
+def test_results_markdown_shows_every_k_either_arm_was_voted_with():
+    """An arm voted again by hand with other --K (then --report): the table took the first arm's K
+    alone, and stopped with a KeyError on a K the second arm lacked."""
+    arm = dict(label="A", command="python pretrain.py x", alpha=1.0, beta=1.0, num_params=10, steps=500,
+               final_train_lm_loss=1.2, final_train_loss=1.3, min_train_lm_loss=0.9, eval_exact_accuracy=0.0,
+               eval_token_accuracy=0.5, eval_lm_loss=1.5, seconds={"train": None, "predict": None, "vote": None},
+               pass_at_k={"2": {"task": 0.125, "pair": 0.25}, "10": {"task": 0.25, "pair": 0.5}}, outcome="trained")
+    report = {"preset": "paper", "command": "python scripts/compare.py --preset paper --report", "report_only": True,
+              "build": {"digest": "ab" * 32, "description": "b", "unigram_floor": 1.5}, "common": None, "seconds": 1,
+              "arms": {"hrm_v1": arm, "hrm_deeploop": {**arm, "label": "B", "pass_at_k": {
+                  "1": {"task": 0.0, "pair": 0.0}, "2": {"task": 0.5, "pair": 0.5}}}}}
+    md = compare.results_markdown(report)
+    assert "| pass@1 task (pair) | - | 0.00% (0.00%) |" in md
+    assert "| pass@2 task (pair) | 12.50% (25.00%) | 50.00% (50.00%) |" in md
+    assert "| pass@10 task (pair) | 25.00% (50.00%) | - |" in md
+    assert md.index("| pass@1 ") < md.index("| pass@2 ") < md.index("| pass@10 ")
