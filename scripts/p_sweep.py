@@ -70,7 +70,7 @@ from hrm.step_names import unrenamed_saves  # noqa: E402
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       check_outputs, claimed_override, exact_text, last_eval, latest_checkpoint,
                                       read_run_log,
-                                      output_path, remove_unless_training, run_logged,
+                                      output_path, path_override, remove_unless_training, run_logged,
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_DIVERGED, EXIT_INTERRUPTED,  # noqa: E402
@@ -166,12 +166,12 @@ def folder_clash(cells: list[Cell]) -> str | None:
 def train_command(cell: Cell, args, build: Path, run_dir: Path) -> list[str]:
     # One long iteration (epochs = eval_interval) so evaluation runs once, at max_steps; the lr
     # stays constant after warmup (lr_min_ratio 1.0, the HRM default).
-    return [PYTHON, "pretrain.py", f"arch={args.arch}", f"data_path={build}",
+    return [PYTHON, "pretrain.py", f"arch={args.arch}", path_override("data_path", build),
             f"global_batch_size={args.batch}", "epochs=100000", "eval_interval=100000",
             f"max_steps={args.steps}", f"lr={exact_text(cell.lr)}", f"lr_warmup_steps={args.warmup}",
             f"seed={cell.seed}", "arch.scaling.rule=custom", f"arch.scaling.p={exact_text(cell.p)}",
             f"arch.H_cycles={cell.h_cycles}", f"arch.L_cycles={cell.l_cycles}",
-            *args.set, f"checkpoint_path={run_dir}", "eval_save_predictions=false", "keep_checkpoints=1"]
+            *args.set, path_override("checkpoint_path", run_dir), "eval_save_predictions=false", "keep_checkpoints=1"]
 
 
 def command_signature(cmd: list[str]) -> str:

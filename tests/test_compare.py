@@ -212,6 +212,22 @@ def test_a_set_of_what_the_arms_set_themselves_is_refused(tmp_path, capsys, pres
     assert compare.parse_args(["--preset", preset, "--set", "arch.hidden_size=32", "--out", str(tmp_path / "r")]).set
 
 
+@pytest.mark.parametrize("path", ["/tmp/josé/w", "/tmp/run (2), copy", "/tmp/it's", "C:\\runs\\", "/tmp/${x}/w",
+                                  "/tmp/a\\${x}", "/tmp/[1]=x"])
+def test_run_folders_hydra_would_read_as_syntax_reach_pretrain_exactly(path):
+    """Each arm's data_path and checkpoint_path, composed as pretrain.py composes them: a --work
+    under `/home/josé` or `run (2)` was a Hydra parse error in both arms, the comparison lost."""
+    from hydra import compose, initialize_config_dir
+    from scripts.experiment_tools import override_key
+    recipe = compare.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", path, "--out", path + "/r"]))
+    overrides = recipe.train_cmd(recipe.arms[1])[2:]
+    with initialize_config_dir(config_dir=str(Path(compare.__file__).resolve().parents[1] / "configs"),
+                               version_base=None):
+        config = compose("cfg_pretrain", overrides)
+    assert (config.data_path, config.checkpoint_path) == (path + "/build", path + "/deeploop")
+    assert [override_key(o) for o in overrides].count("data_path") == 1
+
+
 def test_cpu_only_options_are_refused_for_paper():
     with pytest.raises(SystemExit):
         compare.parse_args(["--preset", "paper", "--jobs", "2"])

@@ -81,6 +81,21 @@ def test_each_cell_trains_with_its_own_p_seed_lr_and_loops(tmp_path):
     assert command_signature(cmd) != command_signature(other)
 
 
+def test_a_work_folder_with_an_accent_parentheses_or_a_comma_gets_configs_pretrain_would_train(tiny_build, tmp_path):
+    """Hydra's grammar reads `ü`, `(`, `,` and quotes in a bare override as syntax: with --work under
+    such a folder every cell's config was refused (LexerNoViableAltException), so no cell could
+    run. The paths are quoted for Hydra and come back exact."""
+    args = p_sweep.parse_args(["--p", "0.4", "--seeds", "0", "--steps", "10"])
+    work, build = tmp_path / "josé (copy), it's", tmp_path / "b,ü"
+    build.symlink_to(tiny_build)
+    cells = p_sweep.make_grid(args.p, args.seeds, args.lr, args.loop_pairs)
+    config = p_sweep.cell_configs(cells, args, build, work)[cells[0]]
+    assert not isinstance(config, str), config
+    assert (config.checkpoint_path, config.data_path) == (str(work / cells[0].folder / "run"), str(build))
+    # a plain path keeps its bare form (the commands OUT.md and the cell records show)
+    assert f"data_path={tmp_path / 'build'}" in p_sweep.train_command(cells[0], args, tmp_path / "build", work)
+
+
 def _fake_cell(work: Path, cell: Cell, args, build: Path, digest: str, exit_code: int, losses: list[float]):
     run_dir = work / cell.folder / "run"
     run_dir.mkdir(parents=True)
