@@ -190,7 +190,9 @@ NEEDED_COLUMNS = ("p", "seed", "lr", "loops", "status", "final_loss", "floor", "
 def read_sweep_csv(path: Path) -> list[dict]:
     """The rows of a p_sweep.py CSV, numbers as numbers; ValueError naming the file when it is not one."""
     try:
-        with open(path, newline="") as f:
+        # utf-8-sig: a CSV saved again by a spreadsheet starts with a byte-order mark, which glued
+        # to the first column's name made it "\ufeffp" (refused as having no column p)
+        with open(path, newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f)
             missing = [c for c in NEEDED_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:

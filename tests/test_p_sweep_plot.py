@@ -89,6 +89,14 @@ def test_read_sweep_csv_gives_numbers():
     assert sweep_plot.sweep_floor(rows, COMMITTED) == pytest.approx(1.56469)
 
 
+def test_a_csv_saved_by_a_spreadsheet_with_a_byte_order_mark_is_read(tmp_path):
+    """A sweep CSV saved again from a spreadsheet as UTF-8 starts with a BOM: it was refused, "no
+    column p", the BOM glued to the first column's name."""
+    path = tmp_path / "saved.csv"
+    path.write_bytes(b"\xef\xbb\xbfp,seed,lr,loops,status,final_loss,floor,steps\r\n0.3,0,0.001,2x2,trained,1.2,1.5,9\r\n")
+    assert [(r["p"], r["seed"], r["final_loss"]) for r in sweep_plot.read_sweep_csv(path)] == [(0.3, 0, 1.2)]
+
+
 def test_the_default_output_is_the_csv_beside_its_png(tmp_path):
     csv_path = tmp_path / "mine.csv"
     csv_path.write_text(COMMITTED.read_text())
