@@ -260,7 +260,8 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
     # its start after it (num_params), also when it only runs the pending last evaluation, no new step
     stop = log[-1] if log else {}
     return {"run": str(run_dir), "status": classify_logged_run(losses, floor, exit_code, margin, window, steps, logged),
-            "steps": steps, "final_loss": tail_mean(losses, logged), "min_loss": smoothed_min(losses, logged),
+            "steps": steps, "span": min(window, steps - start_step(log)),
+            "final_loss": tail_mean(losses, logged), "min_loss": smoothed_min(losses, logged),
             "floor": floor, "evaluated": bool(evaluation), "eval_lm_loss": evaluation.get("lm_loss", math.nan),
             "eval_pass_at_2": evaluation.get("pass@2", math.nan),   # NaN: not logged (eval_pass_k)
             "stopped_at": stop["step"] if "stopped" in stop else None}
@@ -274,6 +275,13 @@ def logged_steps(log: list[dict], window: int) -> tuple[int, int]:
     if not steps:
         return 0, window
     return steps[-1], max(1, sum(1 for s in steps if s > steps[-1] - window))
+
+
+def start_step(log: list[dict]) -> int:
+    """The step the log's first attempt started from: 0 for a fresh run, the checkpoint's step for a
+    branch (`resume=<checkpoint> run_name=B` starts B's log there, without its parent's losses). The
+    trainer logs each start as a `num_params` record; a log without one counts from 0."""
+    return next((int(r["step"]) for r in log if "num_params" in r), 0)
 
 
 def runs_inside(folder: Path, shown: int = 3) -> str:
@@ -332,7 +340,7 @@ def main(argv=None) -> int:
     for r in rows:
         # min is the lowest window mean, not the lowest single loss (one batch is noise): said so, as a
         # run shorter than the window has its min equal to its final loss
-        span = min(args.window, r['steps'])
+        span = r["span"]   # steps the window mean covers: a branch's log holds none before its start
         losses = (f"steps {r['steps']}  final loss {r['final_loss']:.4f} (mean of the last {span})  "
                   f"min {r['min_loss']:.4f} ({span}-step mean)" if r["status"] != NO_STEPS else
                   "no training step logged yet (starting, or stopped before its first step)")

@@ -193,6 +193,19 @@ def test_a_run_with_fewer_steps_than_the_window_is_too_short_to_tell_not_stuck(s
     assert capsys.readouterr().out.startswith(f"{below}: trained  steps 4")
 
 
+def test_a_branch_says_how_many_steps_its_mean_covers(small_build, tmp_path, capsys):
+    """A branch (`resume=<step_21> run_name=B`) logs from its parent's step 21 on: at step 30 its mean
+    is of its own 9 steps. It read "(mean of the last 30)  min ... (30-step mean)"."""
+    floor = unigram_floor(small_build)[0]
+    run = tmp_path / "branch"
+    write_run(run, [], small_build)
+    records = [{"step": 21, "num_params": 10}] + [{"step": s, "train/lm_loss": floor * 0.5} for s in range(22, 31)]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main([str(run)]) == 0
+    assert capsys.readouterr().out.startswith(f"{run}: trained  steps 30  final loss {floor * 0.5:.4f} "
+                                              f"(mean of the last 9)  min {floor * 0.5:.4f} (9-step mean)")
+
+
 def test_steps_and_window_are_optimizer_steps_when_every_third_step_is_logged(small_build, tmp_path, capsys):
     """log_interval=3 over 60 steps logs 20 losses: the run has 60 steps (not 20), a window of 6
     steps averages the last 2 logged losses, and the default 50 does not make it too short."""
