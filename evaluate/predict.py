@@ -297,8 +297,6 @@ def main(argv=None) -> int:
         out_dir = Path(args.get("output_dir") or out)
         if "output_dir" not in args:   # the default, known only now: still before the evaluation
             check_output_folder(out_dir, "the predictions folder", hint="; pass output_dir=DIR for another")
-        if int(os.environ.get("RANK", "0")) == 0:
-            note_replaced(out_dir, default="output_dir" not in args)
         test = load_split(data_path, "test")
         # without a puzzle embedding (puzzle_emb_ndim=0) no weight belongs to a puzzle: any build
         # of the same seq_len and vocabulary evaluates (another num_aug, ARC-AGI-2's), as the model
@@ -318,6 +316,10 @@ def main(argv=None) -> int:
     if test.metadata.seq_len != model.seq_len or test.metadata.vocab_size != model.vocab_size:
         return refuse(f"the build {data_path} has seq_len {test.metadata.seq_len}, "
                       f"vocab {test.metadata.vocab_size}; the checkpoint expects {model.seq_len}, {model.vocab_size}")
+    # only now, every refusal passed: a note that predictions "are replaced" before a refusal would
+    # announce a replacement that never happens
+    if int(os.environ.get("RANK", "0")) == 0:
+        note_replaced(out_dir, default="output_dir" not in args)
 
     try:
         info = init_distributed(args["device"])

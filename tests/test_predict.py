@@ -376,6 +376,28 @@ def test_a_build_other_than_the_training_one_is_refused(tiny_build, tmp_path, ca
     assert predict.main([f"checkpoint={step}", f"data_path={tiny_build}", "batch_size=16"]) == 0
 
 
+def test_a_refused_build_says_nothing_of_replacing_the_predictions(tiny_build, tmp_path, capsys):
+    """The default folder holds predictions (an earlier predict.py's here, training's as a rule): a
+    start refused for its build replaces nothing, so it must not say they "are replaced" (it did,
+    the note coming before the build's checks)."""
+    from hrm.distributed import DistInfo
+    from hrm.train import Trainer
+    from tests.test_train import micro_config
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1, eval_save_predictions=False),
+            DistInfo(0, 1, 0, torch.device("cpu")), progress=False).fit()
+    step = tmp_path / "run" / "step_1"
+    assert predict.main([f"checkpoint={step}", "batch_size=16"]) == 0
+    other = tmp_path / "renamed"
+    import shutil
+    shutil.copytree(tiny_build, other)
+    names = json.loads((other / "identifiers.json").read_text())
+    (other / "identifiers.json").write_text(json.dumps(names[:1] + names[:0:-1]))   # other puzzle names
+    capsys.readouterr()
+    assert predict.main([f"checkpoint={step}", f"data_path={other}", "batch_size=16"]) == 2
+    said = capsys.readouterr()
+    assert "is not the build" in said.err and "replaced" not in said.out + said.err
+
+
 def test_a_malformed_record_of_the_training_build_is_refused_by_name(tiny_build, tmp_path, capsys):
     """A hand-edited checkpoint whose record of its build lacks identifiers_sha256: predict.py and
     resume name the file (they raised KeyError in the build check)."""
