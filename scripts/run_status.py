@@ -259,8 +259,11 @@ def run_summary(run_dir: Path, floor: float, margin: float, window: int) -> dict
     # the trainer logs {"stopped": 1} when a SIGTERM stops it, as its last record; a resumed run logs
     # its start after it (num_params), also when it only runs the pending last evaluation, no new step
     stop = log[-1] if log else {}
-    return {"run": str(run_dir), "status": classify_logged_run(losses, floor, exit_code, margin, window, steps, logged),
-            "steps": steps, "span": min(window, steps - start_step(log)),
+    # a branch's log starts at its parent's step: too-short and the window mean go by the steps it
+    # trained itself, the only ones whose losses it holds
+    own = max(0, steps - start_step(log))
+    return {"run": str(run_dir), "status": classify_logged_run(losses, floor, exit_code, margin, window, own, logged),
+            "steps": steps, "span": min(window, own),
             "final_loss": tail_mean(losses, logged), "min_loss": smoothed_min(losses, logged),
             "floor": floor, "evaluated": bool(evaluation), "eval_lm_loss": evaluation.get("lm_loss", math.nan),
             "eval_pass_at_2": evaluation.get("pass@2", math.nan),   # NaN: not logged (eval_pass_k)

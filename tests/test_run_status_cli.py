@@ -206,6 +206,19 @@ def test_a_branch_says_how_many_steps_its_mean_covers(small_build, tmp_path, cap
                                               f"(mean of the last 9)  min {floor * 0.5:.4f} (9-step mean)")
 
 
+def test_a_branch_with_fewer_own_steps_than_the_window_is_too_short(small_build, tmp_path, capsys):
+    """A branch from step 51 that has trained 9 steps at the floor has logged fewer steps than the
+    window, as the too-short rule says, although its step count is 60: it read `stuck`, judged on a
+    9-step mean."""
+    floor = unigram_floor(small_build)[0]
+    run = tmp_path / "branch"
+    write_run(run, [], small_build)
+    records = [{"step": 51, "num_params": 10}] + [{"step": s, "train/lm_loss": floor} for s in range(52, 61)]
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main([str(run)]) == 0
+    assert capsys.readouterr().out.startswith(f"{run}: too-short  steps 60  final loss {floor:.4f} (mean of the last 9)")
+
+
 def test_steps_and_window_are_optimizer_steps_when_every_third_step_is_logged(small_build, tmp_path, capsys):
     """log_interval=3 over 60 steps logs 20 losses: the run has 60 steps (not 20), a window of 6
     steps averages the last 2 logged losses, and the default 50 does not make it too short."""
