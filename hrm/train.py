@@ -501,6 +501,19 @@ class Trainer:
         # exploration draws differ per rank, as rows do (HRM seeds seed + rank)
         torch.manual_seed(self.config.seed + self.info.rank)
 
+    def _note_decay_cut_short(self) -> None:
+        """The cosine decay spans the run's estimated length, not max_steps (a run continued with a
+        larger max_steps keeps its schedule): `lr_min_ratio=0.1 max_steps=300` on a build whose
+        epochs last longer stopped part way down the cosine, far above lr * lr_min_ratio, unsaid."""
+        cfg, last = self.config, self.stop_step
+        if cfg.lr_min_ratio >= 1 or not self.step < last < self.total_steps or last <= cfg.lr_warmup_steps:
+            return
+        reached = lr_at(last, cfg.lr, cfg.lr_warmup_steps, self.total_steps, cfg.lr_min_ratio)
+        print(f"note: lr_min_ratio={cfg.lr_min_ratio:g}: the cosine decay spans the run's estimated length "
+              f"({self.total_steps} steps from epochs={cfg.epochs}), not max_steps={cfg.max_steps}: lr={cfg.lr:g} "
+              f"reaches {reached:.3g} at step {last}, not {cfg.lr * cfg.lr_min_ratio:.3g}; lower epochs for a decay "
+              f"that ends with the run", file=sys.stderr, flush=True)
+
     def _tell_start(self, resumed_from: Path | None) -> None:
         """Rank 0, once every rank's checks have passed (nothing is said or moved for a refused
         start): a useless test split, where the run resumes, an earlier divergence archived (a
@@ -518,6 +531,7 @@ class Trainer:
                   f"rise only to {last}/{warmup} of lr{puzzle} (lr={self.config.lr:g} reaches "
                   f"{lr_at(last, self.config.lr, warmup, self.total_steps, self.config.lr_min_ratio):.3g} at its last "
                   f"step); lower lr_warmup_steps to train at lr", file=sys.stderr, flush=True)
+        self._note_decay_cut_short()
         # max_steps only shortens a run: one given beyond the epochs' length (to train longer on a
         # small build) ended at the epochs' end, its reason unsaid
         if self.config.max_steps is not None and self.config.max_steps > self.total_steps > self.step:

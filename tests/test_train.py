@@ -1474,6 +1474,21 @@ def test_a_warmup_longer_than_the_run_is_warned_of(small_build, tmp_path, capsys
     assert "rise only to 3/12 of lr (lr=0.001" in capsys.readouterr().err
 
 
+def test_a_cosine_decay_that_max_steps_cuts_short_is_noted(small_build, tmp_path, capsys):
+    """The decay spans the estimated length, not max_steps: lr_min_ratio=0.1 max_steps=6 of a
+    longer run ended near lr, not lr * 0.1, without a word."""
+    capsys.readouterr()
+    config = micro_config(small_build, tmp_path / "run", max_steps=6, lr_min_ratio=0.1)
+    trainer = Trainer(config, CPU, progress=False)
+    assert trainer.stop_step == 6 < trainer.total_steps
+    reached = lr_at(6, 1e-3, 2, trainer.total_steps, 0.1)
+    assert (f"note: lr_min_ratio=0.1: the cosine decay spans the run's estimated length ({trainer.total_steps} "
+            f"steps from epochs=100), not max_steps=6: lr=0.001 reaches {reached:.3g} at step 6, not 0.0001; "
+            f"lower epochs for a decay that ends with the run") in capsys.readouterr().err
+    Trainer(micro_config(small_build, tmp_path / "run2", max_steps=6), CPU, progress=False)   # constant lr
+    assert "cosine" not in capsys.readouterr().err
+
+
 def test_a_max_steps_beyond_the_epochs_is_noted(small_build, tmp_path, capsys):
     """max_steps=40 with epochs=1 ended at the epochs' end (a few steps) without a word."""
     meta = json.loads((small_build / "train" / "dataset.json").read_text())
