@@ -326,7 +326,9 @@ def main(argv=None) -> int:
                                          f"{runs_inside(run_dir)}")
                 # a match of a glob (`checkpoints/<project>/*`) that holds no run: a folder of a run that
                 # failed before logging, a file beside the runs (compare.py's build.log): said, then passed over
-                print(f"run_status.py: note: {run_dir}: no log.jsonl, not a run folder; skipped", file=sys.stderr)
+                # p_sweep.py's cells (`--work`/lr*/*) hold their run one level down, in run/: named
+                print(f"run_status.py: note: {run_dir}: no log.jsonl, not a run folder; skipped{runs_inside(run_dir)}",
+                      file=sys.stderr)
                 continue
             build = find_build(run_dir, args.data).resolve()
             note = trained_on_another_build(run_dir, args.data) if args.data else None

@@ -273,6 +273,18 @@ def test_a_folder_without_a_run_among_several_is_passed_over(small_build, tmp_pa
     assert "none of the 2 folders holds a run" in capsys.readouterr().err
 
 
+def test_folders_among_several_that_hold_their_runs_one_level_down_name_them(small_build, tmp_path, capsys):
+    """p_sweep.py's cells hold their run in run/ (`run_status.py WORK/lr*/*` meets the cells): each
+    was skipped with no word of the run inside, then 'none of the 2 folders holds a run'."""
+    cells = [tmp_path / "lr0.001_loops2x2" / f"p{p}_seed0" for p in ("0.300", "0.500")]
+    for cell in cells:
+        write_run(cell / "run", [1.0] * 3, small_build)
+    assert main([str(c) for c in cells]) == 2
+    err = capsys.readouterr().err
+    for cell in cells:
+        assert f"{cell}: no log.jsonl, not a run folder; skipped; it holds the runs run: pass them, e.g. {cell}/*" in err
+
+
 def test_the_script_has_a_help_and_runs_from_anywhere(small_build, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # it must find the repository itself
 
