@@ -44,7 +44,7 @@ from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
 from hrm.run_log import RunLog, error_text, new_wandb_run_id, progress_bar, resolve_wandb_mode, wandb_run_id
 from hrm.run_folders import list_checkpoints, project_of, resolve_resume, run_folder
-from hrm.scaling import derive_scaling
+from hrm.scaling import derive_scaling, describe_scaling
 from hrm.train_checkpoint import (check_run_folder_shared, check_run_folder_usable, check_run_folder_writable,
                                   checkpoint_step, finish_unrenamed_saves, load_checkpoint, remove_unfinished_saves,
                                   save_checkpoint, unwritable_run_folder)
@@ -368,8 +368,10 @@ class Trainer:
         self.stop_step = min(self.total_steps, cfg.max_steps or self.total_steps)
 
         torch.manual_seed(cfg.seed)  # identical initial weights everywhere (then broadcast, to be sure)
+        # the derived scaling is said in _tell_start, once the start is known to go ahead: said here,
+        # a resume refused for another arch printed the scaling of the model it refused
         self.model = HRM(cfg.arch, meta.vocab_size, meta.seq_len, meta.num_puzzle_identifiers,
-                         verbose=info.is_main).to(info.device)
+                         verbose=False).to(info.device)
         self.loss_head = ACTLossHead(self.model)
         self.optimizers = None   # _build_optimizers, once the folder checks (and a checkpoint's) pass
 
@@ -519,6 +521,7 @@ class Trainer:
         start): a useless test split, where the run resumes, an earlier divergence archived (a
         fresh start where an earlier attempt diverged before any checkpoint, or a resumed one), the
         unfinished saves of a run killed while saving removed."""
+        print(describe_scaling(self.model.scaling), flush=True)
         if self.test_split.num_examples == 0:
             print(f"warning: {self.config.data_path} has an empty test split (its sources had no `evaluation` "
                   f"subset), so the evaluations measure nothing", file=sys.stderr, flush=True)

@@ -1260,6 +1260,17 @@ def test_predictions_written_over_rank_files_of_other_names_remove_them(tmp_path
     assert resolve_predictions(str(folder)).files == [folder / "rank_0.npz"]
 
 
+def test_the_derived_scaling_is_said_once_a_start_goes_ahead_not_for_a_refused_one(tiny_build, tmp_path, capsys):
+    """The scaling line was printed as the model was built, before the resume checks: a resume
+    refused for another arch (L_cycles=3: N=4) first printed that refused model's M, N, alpha, beta."""
+    Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
+    assert capsys.readouterr().out.count("[hrm] residual scaling: H and L: deeploop") == 1
+    with pytest.raises(ValueError, match="another architecture"):
+        Trainer(micro_config(tiny_build, tmp_path / "run", arch={**MICRO_ARCH, "L_cycles": 3}, max_steps=2,
+                             resume="latest"), CPU, progress=False)
+    assert "residual scaling" not in capsys.readouterr().out
+
+
 def test_resuming_with_another_architecture_is_refused_naming_the_fields(tiny_build, tmp_path):
     Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False).fit()
     other = {**MICRO_ARCH, "scaling": {"rule": "none"}, "L_cycles": 3}   # same shapes, another model
