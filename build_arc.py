@@ -125,4 +125,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `build_arc.py ... | head -3`: the build is complete when its summary is printed; a reader that
+    # stops early gave a BrokenPipeError traceback and exit 1, which here means --verify's problems
+    from evaluate.outputs import quiet_on_broken_pipe
+    sys.exit(quiet_on_broken_pipe(main))

@@ -368,4 +368,5 @@ def evaluation_text(summary: dict) -> str:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run as a script: the repository importable
-    sys.exit(main())
+    from evaluate.outputs import quiet_on_broken_pipe   # `run_status.py ... | head`: 141, no traceback
+    sys.exit(quiet_on_broken_pipe(main))

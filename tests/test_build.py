@@ -349,6 +349,22 @@ def test_verify_passes_on_an_intact_build(verified_build, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == f"{verified_build}: OK"
 
 
+def test_a_reader_that_stops_early_ends_the_script_quietly(verified_build, tmp_path):
+    """`build_arc.py ... | head -3` (or `--verify B | head -0`): a BrokenPipeError traceback and exit
+    1, which is --verify's status for a damaged build (deterministic here: the pipe is closed first)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONUNBUFFERED"] = "1"
+    for args in (["--verify", str(verified_build)],
+                 ["--source-dir", str(verified_build.parent / "src"), "--num-aug", "2", "--quiet",
+                  "--output-dir", str(tmp_path / "b")]):
+        proc = subprocess.Popen([sys.executable, str(ROOT / "build_arc.py"), *args], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc.stdout.close()
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 141 and err == "", args
+    assert build_arc.main(["--verify", str(tmp_path / "b")]) == 0     # the build itself was finished
+
+
 @pytest.mark.parametrize("rel", NPY_FILES)
 def test_verify_detects_one_flipped_byte(verified_build, tmp_path, capsys, rel):
     b = copy_build(verified_build, tmp_path / "b")

@@ -337,3 +337,17 @@ def test_log_records_that_are_not_the_trainers_are_named_without_a_traceback(sma
         assert main([str(run)]) == 2, name
         out, err = capsys.readouterr()
         assert out == "" and err.startswith(f"run_status.py: error: {run / 'log.jsonl'}: a train/lm_loss record"), err
+
+
+def test_a_reader_that_stops_early_ends_the_script_quietly(small_build, tmp_path):
+    """`run_status.py checkpoints/<project>/* | head -1`: a BrokenPipeError traceback and exit 1
+    (deterministic here: the pipe is closed before the script writes)."""
+    run = write_run(tmp_path / "run", [1.0] * 3, small_build)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "run_status.py"),
+                             str(run)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and err == ""
