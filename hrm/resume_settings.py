@@ -233,7 +233,9 @@ def describe(changed: list[str], merged: dict, given: set[str] = frozenset(), sh
             items.append(" ".join(said if preset is None else [f"arch={merged['arch']['name']}", *said]))
         elif not (key.startswith("arch.") and "arch.name" in changed):
             items.append(f"{key}={as_typed(setting(merged, key))}")
-    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
+    if len(items) <= shown + 1:     # "and 1 more" would take the room the one setting needs
+        return ", ".join(items)
+    return ", ".join(items[:shown]) + f" and {len(items) - shown} more"
 
 
 def as_typed(value) -> str:

@@ -72,6 +72,15 @@ def test_the_resume_note_shows_the_arch_fields_that_differ_from_the_runs_preset(
     assert describe(changed, merged) == "arch.L_cycles=3, seed=4"
 
 
+def test_the_resume_note_names_a_ninth_setting_rather_than_saying_and_1_more():
+    """Nine settings differ: "... and 1 more" hid one setting in the room it would take; ten or more
+    are cut after eight."""
+    merged = {f"k{i}": i for i in range(10)}
+    nine = describe([f"k{i}" for i in range(9)], merged)
+    assert nine == ", ".join(f"k{i}={i}" for i in range(9)) and "more" not in nine
+    assert describe([f"k{i}" for i in range(10)], merged) == ", ".join(f"k{i}={i}" for i in range(8)) + " and 2 more"
+
+
 def test_the_resume_note_leaves_out_what_the_command_line_gives_and_says_values_as_typed():
     """`resume=<hrm_tiny run> arch.hidden_size=128`: the note named arch.hidden_size=128 among the
     run's own settings (it differs from the preset, but is this start's); and it said None, False,
