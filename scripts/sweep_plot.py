@@ -241,8 +241,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not 0 <= args.margin < 1:
         ap.error(f"--margin must be in [0, 1), got {args.margin:g}")
+    out = args.out or args.csv.with_suffix(".png")
+    if out.resolve() == args.csv.resolve():     # the picture would replace the only record of the sweep
+        ap.error(f"--out {out} is the CSV itself; give the PNG another name")
     try:    # before the CSV is read: a folder or a file in the way is named, not met by open()
-        check_output_file(args.out or args.csv.with_suffix(".png"), "--out")
+        check_output_file(out, "--out")
     except EvaluationInputError as e:
         ap.error(str(e))
     try:
@@ -256,7 +259,7 @@ def main(argv=None) -> int:
     title = args.title or (f"p sweep: {args.csv.name}, {max(row['steps'] for row in rows)} steps, "
                            f"seeds {' '.join(map(str, seeds))}")
     try:
-        png = figure6_png(rows, floor, args.out or args.csv.with_suffix(".png"), title, margin=args.margin)
+        png = figure6_png(rows, floor, out, title, margin=args.margin)
     except EvaluationInputError as e:   # cannot write (a full disk): named, no traceback
         ap.error(str(e))
     print(f"wrote {png}")

@@ -141,6 +141,16 @@ def test_the_script_refuses_a_margin_out_of_range(tmp_path):
     assert done.returncode == 2 and "--margin must be in [0, 1)" in done.stderr
 
 
+def test_an_out_that_is_the_csv_itself_is_refused_and_the_csv_kept(tmp_path, capsys):
+    """`sweep_plot.py x.csv --out x.csv` wrote the PNG over the sweep's only record."""
+    csv = tmp_path / "sweep.csv"
+    csv.write_bytes(COMMITTED.read_bytes())
+    with pytest.raises(SystemExit) as e:
+        sweep_plot.main([str(csv), "--out", str(tmp_path / "." / "sweep.csv")])
+    assert e.value.code == 2 and "is the CSV itself" in capsys.readouterr().err
+    assert csv.read_bytes() == COMMITTED.read_bytes()
+
+
 @pytest.mark.parametrize("where", ["folder", "under_a_file"])
 def test_an_out_that_cannot_be_written_is_named_without_a_traceback(tmp_path, capsys, where):
     (tmp_path / "a_file").write_text("not a folder")
