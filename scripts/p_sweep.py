@@ -358,6 +358,15 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | 
     return record
 
 
+def arch_cycles(arch: str) -> tuple[int, int]:
+    """(H_cycles, L_cycles) of an arch preset as pretrain.py composes it: a preset of your own may
+    take them from another through its Hydra `defaults` list rather than state them itself."""
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
+        composed = compose("cfg_pretrain", [f"arch={arch}"])
+    return int(composed.arch.H_cycles), int(composed.arch.L_cycles)
+
+
 def cell_configs(cells: list[Cell], args, build: Path, work: Path) -> dict[Cell, PretrainConfig | str]:
     """{cell: the config pretrain.py would train it with, or why it would refuse it}: each cell's
     overrides composed and validated as pretrain.py does (Hydra, then PretrainConfig), about 0.1 s
@@ -563,10 +572,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     arch_file = REPO / "configs" / "arch" / f"{args.arch}.yaml"
     if not arch_file.is_file():
         ap.error(f"--arch {args.arch}: no {arch_file.relative_to(REPO)}")
-    arch = yaml.safe_load(arch_file.read_text())
-    loop_texts = args.loops or [str(arch["L_cycles"])]
     try:
-        loop_pairs = [parse_loops(t, arch["H_cycles"]) for t in loop_texts]
+        h_cycles, l_cycles = arch_cycles(args.arch)
+    except Exception as e:      # Hydra's composition errors have no common base class worth naming
+        ap.error(f"--arch {args.arch}: {arch_file.relative_to(REPO)} does not compose: {e}")
+    loop_texts = args.loops or [str(l_cycles)]
+    try:
+        loop_pairs = [parse_loops(t, h_cycles) for t in loop_texts]
     except argparse.ArgumentTypeError as e:
         ap.error(str(e))
     if not all(math.isfinite(p) for p in args.p):

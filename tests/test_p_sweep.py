@@ -49,6 +49,23 @@ def test_default_grid_and_cpu_preset():
     assert args.loop_pairs == [(2, 4), (3, 3)] and args.threads >= 1
 
 
+def test_an_arch_of_your_own_that_inherits_its_cycles_gets_them_from_its_defaults(tmp_path, monkeypatch):
+    """An arch file that takes hrm_tiny's fields through Hydra's `defaults` (no H_cycles/L_cycles of
+    its own) was read as plain YAML: a KeyError traceback. Its loops come from the composed arch."""
+    shutil.copytree(p_sweep.REPO / "configs", tmp_path / "configs")
+    (tmp_path / "configs" / "arch" / "mine.yaml").write_text(
+        "defaults:\n  - hrm_tiny\n  - _self_\nname: mine\nL_cycles: 3\n")
+    (tmp_path / "configs" / "arch" / "broken.yaml").write_text("defaults:\n  - no_such_preset\n")
+    monkeypatch.setattr(p_sweep, "REPO", tmp_path)
+    assert p_sweep.arch_cycles("mine") == (2, 3)
+    args = p_sweep.parse_args(["--arch", "mine"])
+    assert args.loop_pairs == [(2, 3)]
+    assert p_sweep.parse_args(["--arch", "mine", "--loops", "4"]).loop_pairs == [(2, 4)]
+    with pytest.raises(SystemExit) as e:
+        p_sweep.parse_args(["--arch", "broken"])
+    assert e.value.code == 2
+
+
 def test_gpus_default_to_the_visible_ones_and_set_the_job_count(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")   # a child's names for them are 3 and 5, not 0 and 1
     args = p_sweep.parse_args([])
