@@ -106,7 +106,7 @@ def main(argv=None) -> int:
             runs[name] = {"path": str(run_dir), "visits": visits_per_segment(run_dir), "rows": alignment_rows(run_dir)}
     except (ExperimentError, ValueError) as e:
         print(f"alignment_table.py: error: {e}", file=sys.stderr)
-        return 1
+        return 2
     write_table(args.out, table_markdown(runs), runs)
     return 0
 

@@ -266,7 +266,7 @@ def main(argv=None) -> int:
         summary = summarize(reports)
     except SeedsError as e:
         print(f"compare_seeds.py: error: {e}", file=sys.stderr)
-        return 1
+        return 2
     write_table(args.out, summary_markdown(summary), summary)
     return 0
 

@@ -46,9 +46,9 @@ def test_module_means_per_step_and_over_the_run(tmp_path, capsys):
 
 def test_a_run_without_alignment_records_is_named(tmp_path, capsys):
     plain = make_run(tmp_path / "plain", [])
-    assert alignment_table.main([str(plain)]) == 1
+    assert alignment_table.main([str(plain)]) == 2
     assert capsys.readouterr().err == (f"alignment_table.py: error: {plain}: its log.jsonl holds no visit alignment "
                                        f"(train it with diagnostics_interval=N)\n")
     (plain / "all_config.yaml").write_text("arch: {H_cycles: 2}\n")
-    assert alignment_table.main([str(plain)]) == 1
+    assert alignment_table.main([str(plain)]) == 2
     assert "all_config.yaml: cannot read the run's H_cycles and L_cycles (KeyError" in capsys.readouterr().err

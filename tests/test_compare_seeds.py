@@ -81,7 +81,7 @@ def test_a_diverged_arm_has_no_figures_for_its_seed(tmp_path, capsys):
 def test_reports_of_another_comparison_are_refused_by_name(tmp_path, capsys, second, message):
     first = write(tmp_path, "first.json", report(0, {"baseline": 1.0, "deeploop": 1.0}))
     other = write(tmp_path, "other.json", second)
-    assert compare_seeds.main([first, other, "--out", str(tmp_path / "seeds")]) == 1
+    assert compare_seeds.main([first, other, "--out", str(tmp_path / "seeds")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("compare_seeds.py: error: ") and message in err, err
     assert "other.json" in err
@@ -129,7 +129,7 @@ def test_a_report_whose_runs_trained_with_another_seed_is_refused(tmp_path, caps
         arm["command"] = arm["command"].replace("seed=2", "seed=1")
     files = [write(tmp_path, "s1.json", report(1, {"baseline": 1.2, "deeploop": 1.3})),
              write(tmp_path, "again.json", again)]
-    assert compare_seeds.main(files) == 1
+    assert compare_seeds.main(files) == 2
     err = capsys.readouterr().err
     assert "again.json: it says seed 2, but its baseline arm trained with seed=1" in err, err
 
@@ -159,7 +159,7 @@ def test_a_report_of_another_shape_is_named_by_its_field_not_a_traceback(tmp_pat
     stopped with an AttributeError, a TypeError (a seed "1" sorted beside 0) or shlex's ValueError."""
     first = write(tmp_path, "first.json", report(0, {"baseline": 1.0, "deeploop": 1.0}))
     other = write(tmp_path, "other.json", second)
-    assert compare_seeds.main([first, other]) == 1
+    assert compare_seeds.main([first, other]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"compare_seeds.py: error: {other}: not a report of "
                                                    f"scripts/compare.py ("), err
