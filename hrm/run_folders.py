@@ -68,7 +68,12 @@ def resolve_resume(resume: str, run_dir: str | Path | None, other_projects: bool
         if not found:
             elsewhere = same_name_elsewhere(Path(run_dir)) if other_projects else ""
             raise FileNotFoundError(f"resume=latest: no checkpoint under {run_dir}{elsewhere or runs_inside_hint(run_dir)}")
-        return found[-1]
+        # `latest` names a step that is not a checkpoint (its trainer.pt missing): the newest one
+        # before it, not a later step of a line the run left (resumed from an earlier step of its
+        # own folder), which the step numbers would take for the newest
+        named = step_number(Path(pointer.read_text().strip())) if pointer.is_file() else None
+        before = [c for c in found if named is not None and checkpoint_step(c) < named]
+        return (before or found)[-1]
     path = Path(resume)
     if (path / "trainer.pt").is_file():
         return path

@@ -561,6 +561,24 @@ def test_resume_takes_a_step_folder_or_a_run_folder(tmp_path):
     assert str(refused.value) == f"resume=latest: no checkpoint under {sweep}{hint}"
 
 
+def test_a_latest_without_its_trainer_pt_resumes_the_checkpoint_before_it(tmp_path):
+    """A run resumed from step_2 of its own folder has re-saved step_4 (`latest`), its abandoned
+    line's step_6 still there: step_4 without its trainer.pt is not a checkpoint, and resume=latest
+    (or the run folder) takes the newest before it, step_3, not the abandoned line's step_6."""
+    from hrm.run_folders import resolve_resume
+    run = tmp_path / "run"
+    for step in (3, 4, 6):
+        (run / f"step_{step}").mkdir(parents=True)
+        (run / f"step_{step}" / "trainer.pt").write_bytes(b"")
+    (run / "latest").write_text("step_4")
+    assert resolve_resume("latest", run) == run / "step_4"
+    (run / "step_4" / "trainer.pt").unlink()
+    assert resolve_resume("latest", run) == run / "step_3"
+    assert resolve_resume(str(run), None) == run / "step_3"
+    (run / "latest").write_text("step_2")                      # nothing before it: the newest there is
+    assert resolve_resume("latest", run) == run / "step_6"
+
+
 def test_a_missing_step_folder_names_the_run_and_its_last_checkpoints(tmp_path):
     """resume=<run>/step_30 where keep_checkpoints removed step_30 (or a typo): the run's last step
     folders are listed and the run folder, which continues from its newest, suggested."""
