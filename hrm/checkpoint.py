@@ -101,9 +101,10 @@ def save_model(path: str, model: HRM, extra: dict | None = None) -> None:
 def write_atomic(path, payload) -> None:
     """torch.save `payload` to `path` + '.tmp', on disk (fsync), then renamed over `path`: a crash
     leaves the old file or the whole new one, never a half-written one under the real name, nor a
-    renamed one whose bytes were still in the page cache. Written through a Python file: on a full
-    disk torch's own file writer fails with 'unexpected pos 704 vs 598', a file object with
-    OSError 'No space left on device'. A write that fails removes its .tmp (the space it took)."""
+    renamed one whose bytes were still in the page cache. On a full disk torch's zip writer, closing
+    on the way out of the OSError 'No space left on device', raises 'unexpected pos 704 vs 598' in
+    its place (a file path or a file object alike): the OSError underneath is the one raised. A
+    write that fails removes its .tmp (the space it took)."""
     tmp = f"{path}.tmp"
     try:
         with open(tmp, "wb") as f:
@@ -115,8 +116,17 @@ def write_atomic(path, payload) -> None:
             os.unlink(tmp)
         except OSError:
             pass    # never written, or not removable: the write's own error is the one to tell
-        raise named_write_error(e, tmp)
+        raise named_write_error(_write_error_underneath(e), tmp)
     os.replace(tmp, path)
+
+
+def _write_error_underneath(error: BaseException) -> BaseException:
+    """The OSError that a RuntimeError of torch's writer ('unexpected pos ...') was raised during
+    the handling of (its __context__), else `error` itself."""
+    seen = error
+    while not isinstance(seen, OSError) and isinstance(seen, RuntimeError) and seen.__context__ is not None:
+        seen = seen.__context__
+    return seen if isinstance(seen, OSError) else error
 
 
 def named_write_error(error: BaseException, path) -> BaseException:

@@ -384,3 +384,28 @@ def test_a_write_error_is_given_the_file_name_without_losing_its_message():
     plain = named_write_error(OSError("the stream was closed"), "/run/model.pt.tmp")
     assert "the stream was closed" in str(plain) and "/run/model.pt.tmp" in str(plain)
     assert "None" not in str(plain)
+
+
+def test_a_disk_that_fills_up_under_torchs_own_writer_is_the_oserror_naming_the_file(tmp_path, monkeypatch):
+    """ENOSPC from the file torch.save writes into: torch's zip writer, closing on the way out,
+    raises its own RuntimeError ('unexpected pos 1846656 vs 1846608') in its place. write_atomic
+    raises the OSError underneath, naming the file (the trainer's one-line CheckpointNotSaved, exit
+    1, takes OSError only: that RuntimeError was a traceback), and removes what it had written."""
+    import errno
+    import io
+
+    import hrm.checkpoint
+    from hrm.checkpoint import write_atomic
+
+    class FillsUp(io.FileIO):   # a disk with 60 kB free: a write stores what fits, the next one fails
+        def write(self, data):
+            room = 60_000 - self.tell()
+            if room <= 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(memoryview(data).cast("B")[:room])
+    monkeypatch.setattr(hrm.checkpoint, "open", lambda path, mode: io.BufferedWriter(FillsUp(path, mode)),
+                        raising=False)
+    with pytest.raises(OSError) as caught:
+        write_atomic(tmp_path / "model.pt", {"w": torch.zeros(100_000)})   # 400 kB: past the buffer
+    assert caught.value.errno == errno.ENOSPC and "model.pt.tmp" in str(caught.value), repr(caught.value)
+    assert not any(tmp_path.iterdir())
