@@ -657,21 +657,22 @@ class Trainer:
             marker.rename(self.run_dir / f"diverged.{step}.json")
             print(f"this run diverged at step {step} before; its record is now diverged.{step}.json", flush=True)
 
-    def _diverged(self, loss: float, grad_norm: float) -> None:
-        reason = f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {self.step + 1} " \
-                 f"(loss {loss}, grad norm {grad_norm})"
+    def _diverged(self, loss: float, grad_norm: float, reason: str | None = None, step: int | None = None) -> None:
+        step = self.step + 1 if step is None else step
+        reason = reason or (f"non-finite {'loss' if not math.isfinite(loss) else 'gradient norm'} at step {step} "
+                            f"(loss {loss}, grad norm {grad_norm})")
         if self.info.is_main:
             marker = self.run_dir / "diverged.json"
             try:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
-                marker.write_text(json.dumps({"step": self.step + 1, "loss": str(loss), "grad_norm": str(grad_norm),
+                marker.write_text(json.dumps({"step": step, "loss": str(loss), "grad_norm": str(grad_norm),
                                               "reason": reason}) + "\n")
             except OSError as e:   # rank 0 alone: raised, it would replace the divergence every rank stops on
                 with contextlib.suppress(OSError):
                     marker.unlink(missing_ok=True)   # a cut-short record would read as a damaged one
                 print(f"warning: cannot write {marker} ({e.strerror or e}), the record of this divergence that "
                       f"scripts/run_status.py and p_sweep.py read", file=sys.stderr, flush=True)
-            self.log.log({"diverged": 1}, step=self.step + 1)
+            self.log.log({"diverged": 1}, step=step)
         kept = list_checkpoints(self.run_dir)
         raise TrainingDiverged(f"training diverged: {reason}; " + (
             f"the last good checkpoint, {kept[-1]}, is untouched" if kept else
@@ -767,7 +768,22 @@ class Trainer:
                   f"`python evaluate/vote.py --predictions {folder}` can score it later", flush=True)
             return {}
 
+    def _check_weights_finite(self) -> None:
+        """Before a save: an update can overflow the weights while the step's loss and gradient were
+        finite (an lr far too large), and the checkpoint would then be "the last good" one a
+        divergence names and a resume continues from. Collective (every rank checks its own copy:
+        the puzzle rows differ per rank until gathered), one host sync per save."""
+        bad = torch.zeros((), dtype=torch.float64, device=self.info.device)
+        for tensor in self.model.state_dict().values():
+            if tensor.is_floating_point():
+                bad += (~torch.isfinite(tensor)).any().double()
+        if all_reduce_sum_(bad, self.info).item() > 0:
+            self._diverged(math.nan, math.nan, step=self.step,
+                           reason=f"non-finite weights after the update of step {self.step} (its loss and gradient "
+                                  f"were finite: an update too large for float32, lr={self.config.lr:g})")
+
     def save(self) -> Path:
+        self._check_weights_finite()
         return save_checkpoint(self.run_dir, step=self.step, model=self.model, optimizers=self.optimizers,
                                reader_state=self.reader.state_dict(), carry=self.carry,
                                config=self.resolved_config, info=self.info,

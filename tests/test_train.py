@@ -681,6 +681,21 @@ def test_divergence_stops_without_touching_the_last_good_checkpoint(small_build,
     assert all(torch.isfinite(v).all() for v in good.values() if v.is_floating_point())
 
 
+def test_weights_an_update_overflowed_are_a_divergence_not_the_last_good_checkpoint(tiny_build, tmp_path):
+    """lr=1e38: the first update overflows the weights while its loss and gradient were finite, so the
+    guard on those let step_1 be saved, then named "the last good checkpoint" (and resumed from) once
+    the next loss was NaN. The save checks the weights: nothing is saved, the run is diverged at 1."""
+    from hrm.run_folders import list_checkpoints
+    run = tmp_path / "run"
+    cfg = micro_config(tiny_build, run, lr=1e38, lr_warmup_steps=0, checkpoint_interval=1, max_steps=3)
+    with pytest.raises(TrainingDiverged, match=r"non-finite weights after the update of step 1 .*lr=1e\+38.*"
+                                               r"no checkpoint was written before it"):
+        Trainer(cfg, CPU, progress=False).fit()
+    assert list_checkpoints(run) == [] and not (run / "latest").exists()
+    assert json.loads((run / "diverged.json").read_text())["step"] == 1
+    assert math.isfinite(losses_by_step(run)[1])       # the step itself looked fine
+
+
 def losses_by_step(run_dir: Path) -> dict[int, float]:
     out = {}
     for line in (run_dir / "log.jsonl").read_text().splitlines():
