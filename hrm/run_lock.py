@@ -32,6 +32,8 @@ except ImportError:     # not POSIX (Windows): runs go unguarded, as before
     fcntl = None
 
 LOCK_NAME = ".lock"
+# what flock(LOCK_NB) fails with when another open file holds the lock (other errors: no flock here)
+_HELD_ERRNOS = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 
 
 class RunFolderInUse(ValueError):
@@ -60,7 +62,7 @@ def is_held(run_dir: str | Path) -> bool:
         with open(path, "rb") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)   # released as the file closes
     except OSError as e:
-        return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+        return e.errno in _HELD_ERRNOS
     return False
 
 
@@ -81,7 +83,7 @@ class RunLock:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            if e.errno in _HELD_ERRNOS:
                 handle.seek(0)
                 holder = handle.read().strip() or "another process"
                 handle.close()

@@ -771,8 +771,8 @@ class Trainer:
     def _check_weights_finite(self) -> None:
         """Before a save: an update can overflow the weights while the step's loss and gradient were
         finite (an lr far too large), and the checkpoint would then be "the last good" one a
-        divergence names and a resume continues from. Collective (every rank checks its own copy:
-        the puzzle rows differ per rank until gathered), one host sync per save."""
+        divergence names and a resume continues from. Collective: each rank checks its own copy and
+        the outcome is summed, so every rank stops at the same save; one host sync per save."""
         bad = torch.zeros((), dtype=torch.float64, device=self.info.device)
         for tensor in self.model.state_dict().values():
             if tensor.is_floating_point():
