@@ -284,6 +284,20 @@ def command_line_arg(key: str, value, hydra: bool = True) -> str:
     return shlex.quote(f"{key}={text}")
 
 
+def path_override(key: str, path) -> str:
+    """`key=path` as one argument of a pretrain.py command run without a shell (argv: the
+    experiment scripts' data_path and checkpoint_path; command_line_arg is the shell form), the
+    path quoted for Hydra when its grammar would read part of it as syntax: a build or --work under
+    a folder with an accent (`/home/josé`), a comma (a sweep over values), parentheses,
+    brackets or a quote made every run fail to start (LexerNoViableAltException). In a quoted value a
+    backslash is literal except before the quote, an interpolation or the end, where it is doubled."""
+    text = str(path)
+    if _PLAIN_VALUE.fullmatch(text):   # plain: as it always was, so commands keep their text
+        return f"{key}={text}"
+    text = re.sub(r"(\\*)(?='|\$\{|$)", lambda m: m.group(1) * 2, text)
+    return f"{key}='" + text.replace("'", "\\'").replace("${", "\\${") + "'"
+
+
 def explain_unparsable_override(override: str, message: str) -> str:
     """Hydra's error for an override its grammar cannot read names neither the argument nor the way
     out (`resume=checkpoints/p/S-lr=0.001`: "mismatched input '=' expecting <EOF>"). Name it, and

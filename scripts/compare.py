@@ -40,9 +40,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hrm.pretrain_config import path_override  # noqa: E402
 from scripts.experiment_tools import (PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       check_outputs, claimed_override, divergence_step, exact_text, json_safe, latest_checkpoint,
-                                      last_eval, output_path, path_override, read_run_log, remove_unless_training, run_logged,
+                                      last_eval, output_path, read_run_log, remove_unless_training, run_logged,
                                       seed_of, shell_line, gpu_env, resolve_gpus, step_failed, tail_mean, train_curve)
 # the "final" training losses average the steps run_status.py averages to classify a run: single
 # batches differ a lot (8 rows from ~2 puzzles), so a short window says more about them than the model

@@ -13,7 +13,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -94,19 +93,6 @@ def check_build(build: Path, expected_digest: str) -> None:
     if problems or digest != expected_digest:
         shown = "; ".join(problems[:5]) or f"digest {digest} != {expected_digest}"
         raise ExperimentError(f"build {build} changed since the experiment began: {shown}")
-
-
-def path_override(key: str, path) -> str:
-    """`key=path` as one argument of a Hydra command line (pretrain.py's data_path and checkpoint_path),
-    the path quoted for Hydra when its grammar would read part of it as syntax: a build or --work
-    under a folder with an accent (`/home/josé`), a comma (a sweep over values), parentheses,
-    brackets or a quote made every run fail to start (LexerNoViableAltException). In a quoted value a
-    backslash is literal except before the quote, an interpolation or the end, where it is doubled."""
-    text = str(path)
-    if re.fullmatch(r"[A-Za-z0-9_\-/.+%@:]*", text):   # plain: as it always was, so commands keep their text
-        return f"{key}={text}"
-    text = re.sub(r"(\\*)(?='|\$\{|$)", lambda m: m.group(1) * 2, text)
-    return f"{key}='" + text.replace("'", "\\'").replace("${", "\\${") + "'"
 
 
 def exact_text(x: float) -> str:

@@ -64,13 +64,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hrm.pretrain_config import PretrainConfig  # noqa: E402
+from hrm.pretrain_config import PretrainConfig, path_override  # noqa: E402
 from hrm.resume_settings import flat_settings  # noqa: E402
 from hrm.step_names import unrenamed_saves  # noqa: E402
 from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small, check_build,  # noqa: E402
                                       check_outputs, claimed_override, exact_text, last_eval, latest_checkpoint,
-                                      read_run_log,
-                                      output_path, path_override, remove_unless_training, run_logged,
+                                      read_run_log, output_path, remove_unless_training, run_logged,
                                       shell_line, tail_mean,
                                       train_curve, gpu_env, resolve_gpus)
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_DIVERGED, EXIT_INTERRUPTED,  # noqa: E402
