@@ -385,7 +385,7 @@ def results_markdown(report: dict) -> str:
              "", header, rule,
              row("alpha / beta", [f"{_num(a['alpha'])} / {_num(a['beta'])}" for a in arms]),
              row("steps", [str(a["steps"]) for a in arms]),
-             row("outcome (as scripts/run_status.py classifies it)", [_outcome(a) for a in arms]),
+             row("outcome (as the p-sweep classifies a cell)", [_outcome(a) for a in arms]),
              row(f"final train LM loss (mean of last {FINAL_WINDOW} steps, or all)", [_num(a["final_train_lm_loss"]) for a in arms]),
              row(f"final train loss incl. Q-heads (last {FINAL_WINDOW})", [_num(a["final_train_loss"]) for a in arms]),
              row("lowest single-step train LM loss", [_num(a["min_train_lm_loss"]) for a in arms]),

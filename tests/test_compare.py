@@ -259,7 +259,7 @@ def test_results_markdown_shows_both_arms_side_by_side():
               "build": {"digest": "ab" * 32, "description": "16 tasks", "unigram_floor": 1.5}, "common": ["seed=0"], "seconds": 600,
               "jobs": 2, "threads": 1, "arms": {"baseline": arm, "deeploop": {**arm, "label": "B", "alpha": 2.449, "outcome": "stuck"}}}
     md = compare.results_markdown(report)
-    assert "| outcome (as scripts/run_status.py classifies it) | trained | stuck at the floor |" in md
+    assert "| outcome (as the p-sweep classifies a cell) | trained | stuck at the floor |" in md
     assert "| | A | B |" in md and "| alpha / beta | 1.0000 / 1.0000 | 2.4490 / 1.0000 |" in md
     assert "| pass@2 task (pair) | 12.50% (25.00%) | 12.50% (25.00%) |" in md
     assert "| eval exact accuracy | 2.50% | 2.50% |" in md and "1.2346" in md and "ab" * 32 in md
@@ -447,7 +447,7 @@ def test_a_diverged_arm_is_a_result_of_the_comparison(small_build, tmp_path, mon
     assert (base["diverged_at"], base["outcome"], base["pass_at_k"], base["steps"]) == (3, "diverged", None, 2)
     assert deep["diverged_at"] is None and deep["pass_at_k"] == {"1": {"task": 0.0, "pair": 0.0}}
     md = out.with_suffix(".md").read_text()
-    assert "| outcome (as scripts/run_status.py classifies it) | diverged at step 3 | trained |" in md
+    assert "| outcome (as the p-sweep classifies a cell) | diverged at step 3 | trained |" in md
     assert "| pass@1 task (pair) | - | 0.00% (0.00%) |" in md
     # --report makes the same table from the folders
     assert compare.main([*args, "--report", "--out", str(tmp_path / "again")]) == 0
@@ -735,3 +735,12 @@ def test_results_markdown_shows_every_k_either_arm_was_voted_with():
     assert "| pass@2 task (pair) | 12.50% (25.00%) | 50.00% (50.00%) |" in md
     assert "| pass@10 task (pair) | 25.00% (50.00%) | - |" in md
     assert md.index("| pass@1 ") < md.index("| pass@2 ") < md.index("| pass@10 ")
+
+
+@pytest.mark.parametrize("report", sorted(p.name for p in (Path(__file__).resolve().parents[1] / "results").glob("compare_cpu*.json")
+                                          if "over_seeds" not in p.name))
+def test_committed_tables_are_what_their_reports_make(report):
+    """Each committed results/compare_cpu*.md is the table compare.py makes from the JSON report beside
+    it, so a change to the table's wording reaches the committed results (or this fails)."""
+    path = Path(__file__).resolve().parents[1] / "results" / report
+    assert compare.results_markdown(json.loads(path.read_text())) == path.with_suffix(".md").read_text()
