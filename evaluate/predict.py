@@ -278,8 +278,9 @@ def recorded_build_hint(args: dict) -> str:
 
 
 def refuse(message: str) -> int:
-    """Exit status 2 for arguments, checkpoint or build that cannot be evaluated, said once per
-    machine under torchrun: every rank checks the same files before the process group exists."""
+    """Exit status 2 for arguments, checkpoint or build that cannot be evaluated, or predictions that
+    cannot be written, said once per machine under torchrun: every rank checks the same files before
+    the process group exists, and every rank learns of a failed write (write_predictions)."""
     say_once_per_node(f"error: {message}", program="predict.py")
     let_the_speaker_finish()
     return 2
@@ -335,10 +336,8 @@ def main(argv=None) -> int:
         try:
             write_predictions(out_dir, arrays, info, data_path=data_path, step=step,
                               checkpoint=str(args["checkpoint"]))
-        except PredictionsNotWritten as e:   # every rank raised it (a full disk): said once
-            say_once_per_node(f"error: {e}", program="predict.py")
-            let_the_speaker_finish()
-            return 1
+        except PredictionsNotWritten as e:   # every rank raised it (a full disk): said once, and
+            return refuse(str(e))            # exit 2 as vote.py's output that cannot be written
         if info.is_main:
             # q_halt_loss scores the blank rows padding the last batch (as HRM logs it): it moves with
             # batch_size and the number of processes, so it is not shown among what the model did

@@ -224,6 +224,24 @@ def one_line_error(capsys) -> str:
     return err
 
 
+def test_predictions_that_cannot_be_written_exit_2_with_one_line(tiny_build, tmp_path, monkeypatch, capsys):
+    """A full disk while writing the rank file: one line naming the folder and the cause, exit 2 as
+    vote.py's unwritable output, no info.json (no vote reads the folder) and no temporary file left."""
+    import errno
+    original = write_original_run(tiny_build, tmp_path / "orig")
+    out = tmp_path / "preds"
+
+    def full_disk(file, **arrays):
+        Path(file).write_bytes(b"partial")     # what a write cut short leaves behind
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr("hrm.evaluation.np.savez", full_disk)
+    assert predict.main([f"checkpoint={original}", f"output_dir={out}", "batch_size=4"]) == 2
+    err = capsys.readouterr().err.split("\r")[-1]     # after the progress bar
+    assert err.startswith("predict.py: error: cannot write the predictions into ") and err.count("\n") == 1, err
+    assert str(out) in err and "No space left on device" in err, err
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
 @pytest.mark.parametrize("device, message", [("tpu", "device must be one of auto, cpu, cuda, got 'tpu'"),
                                              ("cuda", "device=cuda but CUDA is not available")])
 def test_unknown_or_unavailable_device_is_refused(device, message, small_build, tmp_path, monkeypatch, capsys):
