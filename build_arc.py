@@ -38,7 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="order in which subsets and task files are listed before shuffling (default sorted)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing build (a folder with a manifest.json of build_arc.py) or an empty folder; "
-                        "nothing else")
+                        "nothing else, and not a build that also holds files it did not write")
     p.add_argument("--limit-tasks", type=int, metavar="N",
                    help="keep only the first N tasks of each subset in listing order (small builds for CPU runs)")
     p.add_argument("--verify", metavar="DIR", help="re-hash DIR against DIR/manifest.json and exit")

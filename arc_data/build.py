@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from arc_data.encoding import SEQ_LEN, VOCAB_SIZE
-from arc_data.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST, manifest_dict
+from arc_data.manifest import FORMAT as MANIFEST_FORMAT, MANIFEST, extra_files, manifest_dict
 from arc_data.plan import VariantPlan, lay_out_split, plan_variants
 from arc_data.rng import LegacyState
 from arc_data.sources import (LISTING_ORDERS, BuildInputError, Source, check_dataset, check_unique_names,
@@ -313,7 +313,14 @@ def _why_not_replaceable(target: Path) -> str | None:
                 "folder it points to: pass that folder as --output-dir")
     if not target.is_dir():
         return "exists and is not a directory; remove it or choose another --output-dir"
-    if _is_build(target) or not any(target.iterdir()):
+    if _is_build(target):
+        extra = _files_the_build_did_not_write(target)
+        if not extra:
+            return None
+        shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
+        return (f"is a build but also holds files it did not write ({shown}); --overwrite would delete them: "
+                "move them out, or choose another --output-dir")
+    if not any(target.iterdir()):
         return None
     what = f"its {MANIFEST} is not a build's" if os.path.lexists(target / MANIFEST) else f"no {MANIFEST}"
     return (f"exists and is neither a build ({what}) nor empty; --overwrite only replaces a previous "
@@ -328,6 +335,14 @@ def _is_build(folder: Path) -> bool:
     except (OSError, ValueError):   # none, unreadable, or not JSON: not ours to delete
         return False
     return isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT
+
+
+def _files_the_build_did_not_write(folder: Path) -> list[str]:
+    """Visible files of a build folder that its manifest does not list (a researcher's notes): what
+    replacing the folder would delete with it. A manifest whose file list is damaged lists nothing
+    to compare with: the build is replaced as before."""
+    manifest = json.loads((folder / MANIFEST).read_bytes())   # _is_build has read it
+    return extra_files(folder, manifest) if isinstance(manifest.get("files"), dict) else []
 
 
 def missing_folders(folder: Path) -> list[Path]:

