@@ -516,6 +516,20 @@ class Trainer:
               f"reaches {reached:.3g} at step {last}, not {cfg.lr * cfg.lr_min_ratio:.3g}; lower epochs for a decay "
               f"that ends with the run", file=sys.stderr, flush=True)
 
+    def _note_decay_ended_early(self) -> None:
+        """Rank 0, at the run's end: its epochs drew fewer batches than HRM's estimate of the run's
+        length (one random puzzle of each group per epoch; the estimate goes by the mean), so a
+        cosine decay spanning that estimate stopped part way down, above lr * lr_min_ratio. Known
+        only now: how many batches an epoch draws is random."""
+        cfg, end = self.config, self.step
+        if (not self.info.is_main or cfg.lr_min_ratio >= 1 or self.reader.iteration < self.total_iterations
+                or not cfg.lr_warmup_steps < end < self.stop_step):
+            return
+        reached = lr_at(end, cfg.lr, cfg.lr_warmup_steps, self.total_steps, cfg.lr_min_ratio)
+        print(f"note: lr_min_ratio={cfg.lr_min_ratio:g}: the epochs' batches ran out at step {end}, before the "
+              f"{self.total_steps} steps the cosine decay spans (the estimated length, from epochs={cfg.epochs}): "
+              f"lr={cfg.lr:g} ended at {reached:.3g}, not {cfg.lr * cfg.lr_min_ratio:.3g}", file=sys.stderr, flush=True)
+
     def _tell_start(self, resumed_from: Path | None) -> None:
         """Rank 0, once every rank's checks have passed (nothing is said or moved for a refused
         start): a useless test split, where the run resumes, an earlier divergence archived (a
@@ -893,6 +907,7 @@ class Trainer:
                 saved_at = self.step
         if saved_at != self.step:  # the end of a run is always resumable and predictable
             self.save()
+        self._note_decay_ended_early()
         # a SIGTERM during the last batch of the last evaluation, or the last save: the run is
         # complete, but a sweep must not start its next job (pretrain.py reads this); agreed, as
         # every rank decides that alike

@@ -1533,6 +1533,28 @@ def test_a_cosine_decay_that_max_steps_cuts_short_is_noted(small_build, tmp_path
     assert "cosine" not in capsys.readouterr().err
 
 
+def test_a_cosine_decay_that_the_epochs_cut_short_is_noted_at_the_end(small_build, tmp_path, capsys):
+    """The epochs draw one random puzzle per group, fewer batches than HRM's estimate (by the mean):
+    the run ended part way down a decay spanning the estimate, above lr * lr_min_ratio, unsaid."""
+    import math
+    trainer = Trainer(micro_config(small_build, tmp_path / "run", epochs=1, eval_interval=None, max_steps=None,
+                                   lr_min_ratio=0.1, lr_warmup_steps=1), CPU, progress=False)
+    trainer.fit()
+    end, total = trainer.step, trainer.total_steps
+    assert 1 < end < total      # the build's epoch ran out before the estimate
+    # the cosine by hand: from lr after warmup down to lr * 0.1 at the estimated total
+    reached = 1e-4 + (1e-3 - 1e-4) * 0.5 * (1 + math.cos(math.pi * (end - 1) / (total - 1)))
+    assert (f"note: lr_min_ratio=0.1: the epochs' batches ran out at step {end}, before the {total} steps the cosine "
+            f"decay spans (the estimated length, from epochs=1): lr=0.001 ended at {reached:.3g}, not 0.0001\n"
+            ) in capsys.readouterr().err
+    # a constant lr (HRM's) has nothing to note; nor has a run that max_steps ends (noted at its start)
+    Trainer(micro_config(small_build, tmp_path / "run2", epochs=1, eval_interval=None, max_steps=None,
+                         lr_warmup_steps=1), CPU, progress=False).fit()
+    Trainer(micro_config(small_build, tmp_path / "run3", epochs=1, eval_interval=None, max_steps=3,
+                         lr_min_ratio=0.1, lr_warmup_steps=1), CPU, progress=False).fit()
+    assert "ran out" not in capsys.readouterr().err
+
+
 def test_a_max_steps_beyond_the_epochs_is_noted(small_build, tmp_path, capsys):
     """max_steps=40 with epochs=1 ended at the epochs' end (a few steps) without a word."""
     meta = json.loads((small_build / "train" / "dataset.json").read_text())
