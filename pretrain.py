@@ -40,7 +40,7 @@ from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, command_line_a
                                  explain_unknown_key, explain_unparsable_override, format_validation_error,
                                  numbers_as_text, say_once_per_node, speaks_for_node)
 from hrm.sweep import (fresh_if_nothing_to_resume, is_last_job, is_multirun, launcher_log_on_rank_zero,
-                       sweep_record_on_rank_zero, sweep_tag)
+                       sweep_record_on_rank_zero, sweep_start, sweep_tag)
 
 EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_STOPPED = 3, 130, 143   # 130, 143: as a shell reports Ctrl-C, SIGTERM
 diverged_jobs: list[str] = []   # a multirun's diverged runs, for its exit status
@@ -60,6 +60,9 @@ def launch(hydra_config: DictConfig) -> None:
     except ValueError as e:
         exit_bad_config(f"error: {e}")
     tag = sweep_tag(composed)   # a sweep job's swept values: its run name's end ('' for a single run)
+    if tag:    # its default run name carries the time its record's folder is named after
+        import hrm.train
+        hrm.train.sweep_started = sweep_start(HydraConfig.get().sweep.dir)
     # resume: what the command line does not set comes from the checkpoint, not the config files
     try:
         settings, note = resume_with_saved_settings(composed, list(HydraConfig.get().overrides.task), tag)

@@ -22,6 +22,7 @@ import socket
 import stat
 import sys
 import tempfile
+from datetime import datetime
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -41,6 +42,9 @@ def swept_keys(argv: list[str]) -> set[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     overrides = get_args_parser().parse_known_args(argv)[0].overrides
     return {o.key_or_group for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()}
+
+
+SWEEP_DIR_TIME = "%Y-%m-%d_%H-%M-%S"   # the ${now:...} of hydra.sweep.dir in configs/cfg_pretrain.yaml
 
 
 def is_multirun() -> bool:
@@ -72,6 +76,17 @@ def sweep_tag(config: dict | None = None) -> str:
         if folders[given] is not None and list_checkpoints(folders[given]) and not list_checkpoints(folders[tag]):
             return given
     return tag
+
+
+def sweep_start(sweep_dir: str) -> datetime | None:
+    """The time a sweep's record folder is named after (cfg_pretrain's
+    `checkpoints/multirun/%Y-%m-%d_%H-%M-%S`, Hydra's clock when the sweep started), for its runs'
+    default names to carry; None for a folder named otherwise (hydra.sweep.dir given, a rank's
+    temporary record)."""
+    try:
+        return datetime.strptime(os.path.basename(os.path.normpath(sweep_dir)), SWEEP_DIR_TIME)
+    except ValueError:
+        return None
 
 
 def sweep_record_on_rank_zero(argv: list[str]) -> list[str]:

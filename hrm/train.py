@@ -172,16 +172,20 @@ def check_one_build(fingerprint: dict, data_path: str, info: DistInfo) -> None:
 
 
 _sweep_stamp: str | None = None   # the time stamp shared by a sweep's default run names (see run_names)
+sweep_started: datetime | None = None   # the sweep's start as its record's folder names it (pretrain.py)
 
 
 def default_stamp(info: DistInfo, sweep: bool) -> str:
     """The time stamp of a default run name: now, by rank 0's clock. A sweep's jobs (one process
-    runs them one after the other) share the first job's, so that one sweep's runs sort together
-    and read as one experiment (`hrm_v1-20261130-101500-lr=0.001`, `...-lr=0.003`)."""
+    runs them one after the other) share one, so that one sweep's runs sort together and read as one
+    experiment (`hrm_v1-20261130-101500-lr=0.001`, `...-lr=0.003`): the time in the name of the
+    sweep's record, `checkpoints/multirun/2026-11-30_10-15-00/`, when rank 0 knows it
+    (`sweep_started`), so the two are found from each other; else the first job's start."""
     global _sweep_stamp
     if sweep and _sweep_stamp is not None:
         return _sweep_stamp
-    stamp = broadcast_object(f"{datetime.now():%Y%m%d-%H%M%S}", info)
+    when = sweep_started if sweep and sweep_started is not None else datetime.now()
+    stamp = broadcast_object(f"{when:%Y%m%d-%H%M%S}", info)
     if sweep:
         _sweep_stamp = stamp
     return stamp

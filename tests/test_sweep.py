@@ -188,3 +188,14 @@ def test_the_sweep_check_reads_a_number_typed_as_a_name_as_launch_does(small_bui
         checked = sweep.validated_config(job("run_name=123", "project_name=2024"))
         assert (checked.run_name, checked.project_name) == ("123", "2024")
         assert "run_name=1000.0: Hydra read it as a number" in sweep.validated_config(job("run_name=1e3"))
+
+
+def test_the_sweep_start_is_read_from_its_record_folder_name():
+    """cfg_pretrain names a sweep's record checkpoints/multirun/%Y-%m-%d_%H-%M-%S: its runs' default
+    names carry that time; a record named otherwise gives none (the first job's start is used)."""
+    from datetime import datetime
+    from hrm.sweep import sweep_start
+    assert sweep_start("checkpoints/multirun/2026-11-30_10-15-07") == datetime(2026, 11, 30, 10, 15, 7)
+    assert sweep_start("/abs/multirun/2026-11-30_10-15-07/") == datetime(2026, 11, 30, 10, 15, 7)
+    assert sweep_start("checkpoints/multirun/rank0") is None
+    assert sweep_start("/tmp/hrm-sweep-record-1-host-99") is None

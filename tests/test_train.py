@@ -2156,6 +2156,12 @@ def test_a_hydra_sweep_names_its_runs_by_the_swept_values_and_survives_a_diverge
                               env=env)
     run, run_named = together(lambda: sweep(cli, "lr=1e30,1e-3"), lambda: sweep(named, *from_file))
     check_sweep(run, cli / "checkpoints" / "sweep", cli, prefix="micro-")   # <arch>-<time>-lr=...
+    # <time> is the one the sweep's record folder is named after, so each is found from the other
+    from datetime import datetime
+    record = next((cli / "checkpoints" / "multirun").iterdir()).name          # 2026-12-04_06-10-00
+    stamp = datetime.strptime(record, "%Y-%m-%d_%H-%M-%S").strftime("%Y%m%d-%H%M%S")
+    assert sorted(r.name for r in (cli / "checkpoints" / "sweep").iterdir()) == \
+        [f"micro-{stamp}-lr=0.001", f"micro-{stamp}-lr=1e+30"]
     assert sorted(os.listdir(cli)) == ["checkpoints"]
     check_sweep(run_named, named / "checkpoints" / "sweep", named, prefix="mine-lr=")
     # resume=latest over the sweep: the trained job continues its own run; the diverged one never
