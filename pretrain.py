@@ -27,6 +27,7 @@ jobs share one process group, and an error on any rank stops the sweep (torchrun
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -337,21 +338,21 @@ def check_overrides(argv: list[str]) -> None:
         config_name = args.config_name or "cfg_pretrain"
         check_preset_choices(hydra, args.overrides)
         mode = RunMode.MULTIRUN if args.multirun else hydra.get_mode(config_name, args.overrides) or RunMode.RUN
-        composed = hydra.compose_config(config_name, args.overrides, run_mode=mode, with_log_configuration=False)
-        lost = hydra_settings_lost(composed, hydra.compose_config(None, [], run_mode=mode, with_log_configuration=False),
-                                   args.overrides, mode)
-        if lost:
-            sweep = mode == RunMode.MULTIRUN
-            raise HydraException(
-                f"--config-name {config_name}: the config leaves {', '.join(lost)} as Hydra has them "
-                f"(configs/cfg_pretrain.yaml's `hydra:` section is not part of it), so Hydra would write "
-                f"{'multirun' if sweep else 'outputs'}/<date>/<time> folders (.hydra/ records, log files) into "
-                f"the current folder{', and check no job before the first one starts' if sweep else ''}. Begin "
-                f"the file with `defaults: [cfg_pretrain, _self_]` (`- override arch: <preset>` in that list "
-                f"picks a preset), or copy cfg_pretrain.yaml's hydra: section and its `override "
-                f"hydra/job_logging: stdout` line")
+        try:
+            composed = hydra.compose_config(config_name, args.overrides, run_mode=mode, with_log_configuration=False)
+        except (HydraException, OmegaConfBaseException) as e:
+            # A file not built on cfg_pretrain lacks its keys as well as its hydra: settings, so its
+            # first override (data_path=...) is "no such key": name the cause, the missing base, instead.
+            if str(e).startswith("Could not override"):
+                with contextlib.suppress(HydraException, OmegaConfBaseException):
+                    refuse_lost_hydra_settings(hydra, config_name, hydra.compose_config(
+                        config_name, [], run_mode=mode, with_log_configuration=False), args.overrides, mode)
+            raise
+        refuse_lost_hydra_settings(hydra, config_name, composed, args.overrides, mode)
     except OverrideParseException as e:   # Hydra's message does not say which argument, nor how to quote it
         exit_bad_config(f"invalid config: {explain_unparsable_override(e.override, str(e))}")
+    except HydraSettingsLost as e:
+        exit_bad_config(f"invalid config: {e}")
     except (HydraException, OmegaConfBaseException) as e:
         message = str(e)
         if message.startswith("Could not override"):   # an unknown key: name the nearest known ones
@@ -363,6 +364,28 @@ def check_overrides(argv: list[str]) -> None:
         exit_bad_config(f"invalid config: {message}")
     finally:
         GlobalHydra.instance().clear()
+
+
+class HydraSettingsLost(Exception):
+    """A config of one's own (--config-name) without cfg_pretrain's `hydra:` settings; the message says so."""
+
+
+def refuse_lost_hydra_settings(hydra, config_name: str, composed, overrides: list[str], mode) -> None:
+    """Raise HydraSettingsLost when `composed` (the config --config-name chose) leaves settings of
+    OUR_HYDRA_SETTINGS at Hydra's own values (hydra_settings_lost)."""
+    from hydra.types import RunMode
+    lost = hydra_settings_lost(composed, hydra.compose_config(None, [], run_mode=mode, with_log_configuration=False),
+                               overrides, mode)
+    if lost:
+        sweep = mode == RunMode.MULTIRUN
+        raise HydraSettingsLost(
+            f"--config-name {config_name}: the config leaves {', '.join(lost)} as Hydra has them "
+            f"(configs/cfg_pretrain.yaml's `hydra:` section is not part of it), so Hydra would write "
+            f"{'multirun' if sweep else 'outputs'}/<date>/<time> folders (.hydra/ records, log files) into "
+            f"the current folder{', and check no job before the first one starts' if sweep else ''}. Begin "
+            f"the file with `defaults: [cfg_pretrain, _self_]` (`- override arch: <preset>` in that list "
+            f"picks a preset), or copy cfg_pretrain.yaml's hydra: section and its `override "
+            f"hydra/job_logging: stdout` line")
 
 
 # What configs/cfg_pretrain.yaml's `hydra:` section sets (dotted keys of the composed config; the

@@ -2330,6 +2330,22 @@ def test_a_config_of_its_own_keeps_cfg_pretrains_hydra_settings(small_build, tmp
     assert capsys.readouterr().err == ""
 
 
+
+def test_a_config_not_built_on_cfg_pretrain_is_named_as_such_when_an_override_has_no_key(tmp_path, capsys):
+    """Such a file lacks cfg_pretrain's keys too, so an override of one (checkpoint_path=..., a
+    usual one) was refused as "no such key: 'checkpoint_path'", hiding the cause: the missing base."""
+    configs = tmp_path / "cfgs"
+    configs.mkdir()
+    (configs / "bare.yaml").write_text("defaults:\n  - arch: hrm_tiny\n  - _self_\nglobal_batch_size: 8\n")
+    import pretrain
+    with pytest.raises(SystemExit) as stopped:
+        pretrain.check_overrides(["--config-dir", str(configs), "--config-name", "bare",
+                                  f"checkpoint_path={tmp_path / 'run'}"])
+    said = capsys.readouterr().err
+    assert stopped.value.code == 2 and "no such key" not in said, said
+    assert "--config-name bare: the config leaves hydra.run.dir" in said and "defaults: [cfg_pretrain, _self_]" in said
+    assert said.count("\n") == 1 and not (tmp_path / "run").exists()
+
 def test_a_bad_config_under_torchrun_is_reported_once(small_build, tmp_path):
     """Every rank checks the same config; one of them says what is wrong."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29521",
