@@ -331,7 +331,11 @@ class Trainer:
             (self.run_dir / "all_config.yaml").write_text(yaml.safe_dump(self.resolved_config, sort_keys=False))
             try:
                 self.log = RunLog(self.run_dir, project=self.project, run_name=self.run_name,
-                                  config=self.resolved_config, wandb_mode=self.wandb_mode, entity=cfg.wandb.entity,
+                                  config=self.resolved_config, entity=cfg.wandb.entity,
+                                  # the mode as given, not as auto resolved it ('online'): RunLog tells
+                                  # auto (offline when the server cannot be reached) from an online asked
+                                  # for by name (refused then)
+                                  wandb_mode="disabled" if self.wandb_mode == "disabled" else cfg.wandb.mode,
                                   append=self.continues_own_run, wandb_id=self.wandb_id,
                                   continue_wandb_run=self.continues_own_run)
             except (ValueError, OSError):

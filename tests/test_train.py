@@ -2575,6 +2575,33 @@ def test_visit_alignment_that_fails_on_rank_zero_is_said_once_and_training_goes_
     assert not any(k.startswith("alignment") for r in log for k in r)
 
 
+def test_wandb_auto_with_a_key_and_no_route_to_the_server_trains_logged_offline(tiny_build, tmp_path, monkeypatch):
+    """wandb.mode=auto with credentials goes online; with no route to the server (a compute node) it
+    logs offline, as docs/train.md says. The Trainer handed RunLog the mode auto had resolved to,
+    'online', which RunLog takes for one asked for by name: the start was refused (exit 2)."""
+    import types
+
+    import wandb
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    asked = []
+
+    def init(**kwargs):   # a server that cannot be reached: online fails as wandb's CommError, offline starts
+        asked.append(kwargs["mode"])
+        if kwargs["mode"] == "online":
+            raise wandb.errors.CommError("context deadline exceeded")
+        return types.SimpleNamespace(define_metric=lambda *a, **k: None, log=lambda *a, **k: None,
+                                     finish=lambda: None)
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.setattr(wandb, "teardown", lambda *a, **k: None)
+    trainer = Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1, wandb={"mode": "auto"}), CPU,
+                      progress=False)
+    try:
+        assert asked == ["online", "offline"] and trainer.log.mode == "offline"
+    finally:
+        trainer.log.close()
+        trainer.release_run_lock()
+
 def test_wandb_that_cannot_start_offline_is_refused_on_every_rank(small_build, tmp_path, monkeypatch):
     """wandb raises errors of its own (its service not starting, in offline mode too), neither
     ValueError nor OSError: rank 0 raised it alone out of the start's agreed stage, and the other
