@@ -294,6 +294,8 @@ class Trainer:
         self.run_lock = None    # rank 0's hold on the run folder (hrm/run_lock.py), taken by _prepare
         self.sigterm = None     # fit's StopOnSigterm; train_step sums its flag over the ranks
         self.stop_after_step = False   # a SIGTERM on some rank: stop after this step (train_step)
+        # the last step's (finite) loss and gradient norm: the record of a divergence the weights show
+        self.last_loss_and_grad_norm = (math.nan, math.nan)
         self.sigterm_at_end = False    # one after the run's last step: its last evaluation's last batch, its save
         try:
             resumed_from = agree_on_outcome(self._prepare, info)
@@ -648,6 +650,7 @@ class Trainer:
         loss_value = values[0] / cfg.global_batch_size
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             self._diverged(loss_value, grad_norm)
+        self.last_loss_and_grad_norm = (loss_value, grad_norm)
 
         self.step += 1
         lrs = {}
@@ -800,7 +803,7 @@ class Trainer:
             if tensor.is_floating_point():
                 bad += (~torch.isfinite(tensor)).any().double()
         if all_reduce_sum_(bad, self.info).item() > 0:
-            self._diverged(math.nan, math.nan, step=self.step,
+            self._diverged(*self.last_loss_and_grad_norm, step=self.step,
                            reason=f"non-finite weights after the update of step {self.step} (its loss and gradient "
                                   f"were finite: an update too large for float32, lr={self.config.lr:g})")
 

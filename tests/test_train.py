@@ -692,8 +692,11 @@ def test_weights_an_update_overflowed_are_a_divergence_not_the_last_good_checkpo
                                                r"no checkpoint was written before it"):
         Trainer(cfg, CPU, progress=False).fit()
     assert list_checkpoints(run) == [] and not (run / "latest").exists()
-    assert json.loads((run / "diverged.json").read_text())["step"] == 1
+    record = json.loads((run / "diverged.json").read_text())
+    assert record["step"] == 1
     assert math.isfinite(losses_by_step(run)[1])       # the step itself looked fine
+    # and its record says so (it gave loss "nan", grad_norm "nan" beside a reason saying both were finite)
+    assert float(record["loss"]) == pytest.approx(losses_by_step(run)[1]) and math.isfinite(float(record["grad_norm"]))
 
 
 def losses_by_step(run_dir: Path) -> dict[int, float]:
