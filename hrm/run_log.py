@@ -17,6 +17,7 @@ import math
 import os
 import re
 import secrets
+import shutil
 import sys
 from pathlib import Path
 from urllib.parse import urlparse
@@ -132,6 +133,14 @@ def _plain(value):
     return value
 
 
+def _remove_failed_online_start(wandb_dir: Path, run_id: str) -> None:
+    """The folder an online start that could not reach the server left (`run-<time>-<id>`, nothing
+    logged in it): beside the offline run of the same id, `wandb sync --sync-all` would take it for
+    a second run to upload. Offline runs (`offline-run-...`) of this or an earlier start are kept."""
+    for folder in wandb_dir.glob(f"run-*-{run_id}"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _drop_partial_last_line(path: Path) -> None:
     """A run killed while writing a record leaves a line without its newline; the resumed run's
     first record would be glued onto it. Cut it (the resumed run logs those steps again)."""
@@ -190,6 +199,7 @@ class RunLog:
                 # wandb's service still holds the failed start's run id: a second start with it
                 # would be refused ("run ID ... is in use"); a fresh service takes it
                 wandb.teardown()
+                _remove_failed_online_start(Path(run_dir) / "wandb", self.wandb_id)
                 self.wandb = start(mode)
             # Charts go by the training step as a logged value, not W&B's own step: W&B drops (a
             # warning WANDB_SILENT hides) any row logged at a step below its run's last, and a

@@ -2591,8 +2591,11 @@ def test_wandb_auto_with_a_key_and_no_route_to_the_server_trains_logged_offline(
 
     def init(**kwargs):   # a server that cannot be reached: online fails as wandb's CommError, offline starts
         asked.append(kwargs["mode"])
-        if kwargs["mode"] == "online":
+        runs = Path(kwargs["dir"]) / "wandb"
+        if kwargs["mode"] == "online":   # leaving its run folder, as wandb does
+            (runs / f"run-20261204_062000-{kwargs['id']}" / "logs").mkdir(parents=True)
             raise wandb.errors.CommError("context deadline exceeded")
+        (runs / f"offline-run-20261204_062030-{kwargs['id']}").mkdir(parents=True)
         return types.SimpleNamespace(define_metric=lambda *a, **k: None, log=lambda *a, **k: None,
                                      finish=lambda: None)
     monkeypatch.setattr(wandb, "init", init)
@@ -2601,9 +2604,13 @@ def test_wandb_auto_with_a_key_and_no_route_to_the_server_trains_logged_offline(
                       progress=False)
     try:
         assert asked == ["online", "offline"] and trainer.log.mode == "offline"
+        # the failed online start's folder is gone: `wandb sync --sync-all` would upload it as a run
+        assert [p.name for p in (tmp_path / "run" / "wandb").iterdir()] == \
+            [f"offline-run-20261204_062030-{trainer.log.wandb_id}"]
     finally:
         trainer.log.close()
         trainer.release_run_lock()
+
 
 def test_wandb_that_cannot_start_offline_is_refused_on_every_rank(small_build, tmp_path, monkeypatch):
     """wandb raises errors of its own (its service not starting, in offline mode too), neither
