@@ -66,6 +66,15 @@ skipped=()
 BUDGET=${BUDGET:-0}   # seconds for the whole check (0: no limit); a phase gets what is left of it
 FULL=${FULL:-}        # non-empty: the [full] phases too
 ONLY=${ONLY:-}        # space-separated phase keys to run instead: model tests v1 adam smoke deeploop torchrun
+PHASES="model tests v1 adam smoke deeploop torchrun"
+# A mistyped key would run nothing in its place and end "failed: []": a one-shot lease spent on nothing.
+read -ra only_keys <<< "$ONLY"   # (not a bare $ONLY: a "*" would expand to file names)
+for key in ${only_keys[@]+"${only_keys[@]}"}; do
+    if [[ " $PHASES " != *" $key "* ]]; then
+        echo "{\"setup\": \"ONLY: no phase '$key' (the phases: $PHASES)\"}"
+        exit 2
+    fi
+done
 wanted() {            # wanted KEY: is this phase to run?
     if [ -n "$ONLY" ]; then
         [[ " $ONLY " == *" $1 "* ]]

@@ -131,3 +131,13 @@ def test_a_build_made_with_other_settings_is_refused_not_measured_on(small_build
     assert setup.startswith(f"{small_build} holds a build made with other settings (") and "'limit_tasks': 8" in setup
     assert "'limit_tasks': 2" in setup and "remove it (it is built again) or set DATA to another folder" in setup
     assert (small_build / "manifest.json").read_bytes() == manifest
+
+
+def test_a_mistyped_only_key_is_refused_before_anything_runs(tmp_path):
+    # ONLY="deeploop torchrn" ran deeploop alone and ended `"failed": []`: the second go after a
+    # budget ran out would have skipped torchrun without a word. Refused at once, naming the key.
+    proc, records, log = run_check(tmp_path, tmp_path / "data", ONLY="deeploop torchrn")
+    assert proc.returncode == 2
+    assert records == [{"setup": "ONLY: no phase 'torchrn' (the phases: model tests v1 adam smoke deeploop torchrun)"}]
+    assert not (tmp_path / "data").exists()        # refused before the build, too
+    assert log == proc.stdout
