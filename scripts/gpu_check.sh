@@ -66,6 +66,11 @@ skipped=()
 BUDGET=${BUDGET:-0}   # seconds for the whole check (0: no limit); a phase gets what is left of it
 FULL=${FULL:-}        # non-empty: the [full] phases too
 ONLY=${ONLY:-}        # space-separated phase keys to run instead: model tests v1 adam smoke deeploop torchrun
+# BUDGET=540s would fail every "[ -gt ]" test with a bash warning and run with no limit at all
+if ! [[ $BUDGET =~ ^[0-9]+$ ]]; then
+    echo "{\"setup\": \"BUDGET: '$BUDGET' is not a whole number of seconds (0: no limit)\"}"
+    exit 2
+fi
 PHASES="model tests v1 adam smoke deeploop torchrun"
 # A mistyped key would run nothing in its place and end "failed: []": a one-shot lease spent on nothing.
 read -ra only_keys <<< "$ONLY"   # (not a bare $ONLY: a "*" would expand to file names)

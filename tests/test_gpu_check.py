@@ -141,3 +141,12 @@ def test_a_mistyped_only_key_is_refused_before_anything_runs(tmp_path):
     assert records == [{"setup": "ONLY: no phase 'torchrn' (the phases: model tests v1 adam smoke deeploop torchrun)"}]
     assert not (tmp_path / "data").exists()        # refused before the build, too
     assert log == proc.stdout
+
+
+def test_a_budget_that_is_not_whole_seconds_is_refused(tmp_path):
+    # BUDGET=540s failed each phase's `[ -gt 0 ]` with a bash warning and ran with no limit at all,
+    # past the lease it was meant to fit
+    proc, records, _ = run_check(tmp_path, tmp_path / "data", ONLY="deeploop", BUDGET="540s")
+    assert proc.returncode == 2
+    assert records == [{"setup": "BUDGET: '540s' is not a whole number of seconds (0: no limit)"}]
+    assert not (tmp_path / "data").exists()
