@@ -79,6 +79,8 @@ def main() -> None:
     if args.batch < 1 or args.epochs_per_iteration < 1 or min(args.world) < 1:
         p.error(f"--batch, --epochs-per-iteration and --world must be at least 1, got {args.batch}, "
                 f"{args.epochs_per_iteration} and {min(args.world)}")
+    if not args.seconds > 0:   # (nan too) no batch would be timed: every rate would read 0
+        p.error(f"--seconds must be more than 0, got {args.seconds}")
     bad = [w for w in args.world if args.batch % w]
     if bad:
         p.error(f"--batch {args.batch} is not divisible by --world {bad[0]}")

@@ -32,7 +32,10 @@ def test_bad_sizes_are_one_line_not_a_traceback(small_build, monkeypatch, capsys
     for args, message in ((["--batch", "0"], "must be at least 1"), (["--world", "0"], "must be at least 1"),
                           (["--epochs-per-iteration", "0"], "must be at least 1"),
                           (["--batch", "100000", "--world", "1", "--epochs-per-iteration", "1"],
-                           "holds fewer rows than one global batch of 100000")):
+                           "holds fewer rows than one global batch of 100000"),
+                          # timed nothing and reported "batches_per_s": 0.0
+                          (["--seconds", "-1"], "--seconds must be more than 0, got -1.0"),
+                          (["--seconds", "nan"], "--seconds must be more than 0, got nan")):
         monkeypatch.setattr(sys, "argv", ["bench_reader.py", "--data", str(small_build), "--seconds", "0.1", *args])
         with pytest.raises(SystemExit) as exited:
             bench_reader.main()
