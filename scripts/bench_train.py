@@ -128,6 +128,8 @@ def main() -> None:
         p.error(f"--batch must be at least 1, got {args.batch}")
     if not args.peak_tflops > 0 or (args.time_limit is not None and not args.time_limit > 0):
         p.error(f"--peak-tflops and --time-limit must be > 0, got {args.peak_tflops} and {args.time_limit}")
+    if args.device == "cuda" and not torch.cuda.is_available():   # init_distributed's refusal was a traceback
+        p.error("--device cuda: CUDA is not available on this machine (--device cpu or auto)")
     os.environ.setdefault("WANDB_MODE", "disabled")
     if args.data is not None:
         try:     # as bench_reader.py says it, not a validation traceback from inside the trainer

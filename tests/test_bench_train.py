@@ -75,6 +75,20 @@ def test_bad_numbers_are_refused_before_any_work(args, message, monkeypatch, cap
     assert exited.value.code == 2 and message in err and out == "", err
 
 
+def test_device_cuda_without_cuda_is_one_line(monkeypatch, capsys):
+    # init_distributed's RuntimeError ended the run in a traceback, exit 1
+    from scripts import bench_train
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(bench_train, "small_build", lambda folder: pytest.fail("built before refusing"))
+    monkeypatch.setattr(sys, "argv", ["bench_train.py", "--device", "cuda"])
+    with pytest.raises(SystemExit) as exited:
+        bench_train.main()
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and out == "", err
+    assert err.splitlines()[-1] == ("bench_train.py: error: --device cuda: CUDA is not available on this machine "
+                                    "(--device cpu or auto)")
+
+
 def test_both_benchmarks_report_mfu_on_cuda_against_the_given_peak(monkeypatch, capsys):
     """bench_model.py printed no MFU or peak memory on CUDA (bench_train.py did): gpu_check's model
     phase had none. Both use one formula: FLOPs/token x tokens/s over the peak."""
