@@ -2333,7 +2333,6 @@ def test_a_config_of_its_own_keeps_cfg_pretrains_hydra_settings(small_build, tmp
     assert capsys.readouterr().err == ""
 
 
-
 def test_a_config_not_built_on_cfg_pretrain_is_named_as_such_when_an_override_has_no_key(tmp_path, capsys):
     """Such a file lacks cfg_pretrain's keys too, so an override of one (checkpoint_path=..., a
     usual one) was refused as "no such key: 'checkpoint_path'", hiding the cause: the missing base."""
@@ -2348,6 +2347,23 @@ def test_a_config_not_built_on_cfg_pretrain_is_named_as_such_when_an_override_ha
     assert stopped.value.code == 2 and "no such key" not in said, said
     assert "--config-name bare: the config leaves hydra.run.dir" in said and "defaults: [cfg_pretrain, _self_]" in said
     assert said.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_config_of_its_own_without_cfg_pretrain_is_said_so_when_overridden(tmp_path, capsys):
+    """The same file given a key it lacks as cfg_pretrain has it (`max_steps=1`: it does not start
+    from cfg_pretrain) was refused as "no such key: 'max_steps'", a valid key."""
+    configs = tmp_path / "cfgs"
+    configs.mkdir()
+    (configs / "mine.yaml").write_text("defaults:\n  - arch: hrm_tiny\n  - _self_\ndata_path: x\n")
+    import pretrain
+    for extra in (["max_steps=1"], ["-m", "lr=1e-3,1e-2"]):
+        with pytest.raises(SystemExit) as stopped:
+            pretrain.check_overrides(["--config-dir", str(configs), "--config-name", "mine", *extra])
+        said = capsys.readouterr().err
+        assert stopped.value.code == 2 and "no such key" not in said, said
+        assert said.startswith("pretrain.py: invalid config: --config-name mine: the config leaves hydra.") and \
+            "defaults: [cfg_pretrain, _self_]" in said, said
+
 
 def test_a_bad_config_under_torchrun_is_reported_once(small_build, tmp_path):
     """Every rank checks the same config; one of them says what is wrong."""
