@@ -178,15 +178,32 @@ def numbers_as_text(config: dict) -> dict:
     return config
 
 
+def config_keys(model: type[BaseModel] = PretrainConfig, prefix: str = "") -> list[str]:
+    """Every dotted key of `model` as a config file or override spells it (`arch.scaling.lambda`)."""
+    import typing
+    keys = []
+    for name, field in model.model_fields.items():
+        key = prefix + (field.alias or name)
+        keys.append(key)
+        for inner in (field.annotation, *typing.get_args(field.annotation)):   # Optional[X]: X
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                keys += config_keys(inner, key + ".")
+    return keys
+
+
 def format_validation_error(err: ValidationError) -> str:
-    """One line per bad field, dotted like a Hydra override (`arch.scaling.p: ...`)."""
+    """One line per bad field, dotted like a Hydra override (`arch.scaling.p: ...`); a key no field
+    has (mistyped in a config file of one's own) with the nearest known ones, as on the command line."""
+    import difflib
     lines = []
     for e in err.errors():
         error = e.get("ctx", {}).get("error")
         where = ".".join(str(x) for x in e["loc"]) or getattr(error, "field", "config")
         msg = e["msg"].removeprefix("Value error, ")
         shown = e["type"] != "missing" and not isinstance(e["input"], dict)
-        lines.append(f"  {where}: {msg}" + (f" (got {e['input']!r})" if shown else ""))
+        close = difflib.get_close_matches(where, config_keys(), n=3, cutoff=0.7) if e["type"] == "extra_forbidden" else []
+        lines.append(f"  {where}: {msg}" + (f" (got {e['input']!r})" if shown else "")
+                     + (f"; did you mean {' or '.join(close)}?" if close else ""))
     return "invalid config:\n" + "\n".join(lines)
 
 

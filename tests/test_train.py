@@ -111,6 +111,28 @@ def test_bad_config_names_the_field(small_build, overrides, field):
     assert f"  {field}:" in message, message
 
 
+def test_a_key_mistyped_in_a_config_file_gets_the_nearest_known_ones(small_build):
+    """A config file of one's own with `arch.hiden_size`, `wandb.mdoe`, `arch.scaling.lamda`: Hydra
+    merges them unchecked and pydantic said only "Extra inputs are not permitted", where the same
+    key on the command line gets "Did you mean arch.hidden_size?"."""
+    from pydantic import ValidationError
+    from hrm.pretrain_config import format_validation_error
+    raw = compose(f"data_path={small_build}")
+    raw["arch"]["hiden_size"] = 32
+    raw["wandb"]["mdoe"] = "disabled"
+    raw["arch"]["scaling"]["lamda"] = 2
+    raw["completely_other"] = 1
+    with pytest.raises(ValidationError) as err:
+        PretrainConfig(**raw)
+    lines = format_validation_error(err.value).splitlines()[1:]
+    assert sorted(lines) == [
+        "  arch.hiden_size: Extra inputs are not permitted (got 32); did you mean arch.hidden_size?",
+        "  arch.scaling.lamda: Extra inputs are not permitted (got 2); did you mean arch.scaling.lambda or "
+        "arch.scaling.L.lambda or arch.scaling.H.lambda?",
+        "  completely_other: Extra inputs are not permitted (got 1)",
+        "  wandb.mdoe: Extra inputs are not permitted (got 'disabled'); did you mean wandb.mode?"]
+
+
 def test_every_number_field_of_the_training_config_refuses_true(small_build, tmp_path):
     """refuse_bool names PretrainConfig's fields by hand: one added later without it would read true
     as 1 (keep_checkpoints=true kept one checkpoint)."""
