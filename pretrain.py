@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from hrm.pretrain_config import (EXIT_BAD_CONFIG, PretrainConfig, command_line_arg, exit_bad_config,
                                  explain_unknown_key, explain_unparsable_override, format_validation_error,
-                                 numbers_as_text, say_once_per_node, speaks_for_node)
+                                 numbers_as_text, one_line_missing_preset, say_once_per_node, speaks_for_node)
 from hrm.sweep import (fresh_if_nothing_to_resume, is_last_job, is_multirun, launcher_log_on_rank_zero,
                        sweep_record_on_rank_zero, sweep_start, sweep_tag)
 
@@ -361,7 +361,7 @@ def check_overrides(argv: list[str]) -> None:
                     config_name, [], run_mode=RunMode.RUN, with_log_configuration=False))
             except (HydraException, OmegaConfBaseException):
                 pass    # the config without overrides fails too: its own error comes first
-        exit_bad_config(f"invalid config: {message}")
+        exit_bad_config(f"invalid config: {one_line_missing_preset(message)}")
     finally:
         GlobalHydra.instance().clear()
 

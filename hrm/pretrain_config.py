@@ -283,6 +283,16 @@ def explain_unknown_key(error: BaseException, config) -> str:
     return f"no such key: {unknown!r}.{advice}"
 
 
+def one_line_missing_preset(message: str) -> str:
+    """Hydra's "Could not find 'arch/hrm_tinyy'" runs to ten lines: the presets one a line, then its
+    config search path; the presets go on the same line, the search path (noise here) goes."""
+    found = re.match(r"(.*Could not find '[^']+')\n\nAvailable options in '([^']+)':\n((?:\t.*\n?)*)", message)
+    if not found:
+        return message
+    presets = ", ".join(line.strip() for line in found[3].splitlines() if line.strip())
+    return f"{found[1]} (the presets of {found[2]}: {presets})"
+
+
 # What a value on pretrain.py's command line may hold unquoted: Hydra's override grammar reads `=`,
 # `,`, brackets, quotes, `#`, `~` ... as syntax (and the shell some of them)
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_\-/.+%@:]*")

@@ -28,7 +28,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hrm.pretrain_config import (PretrainConfig, exit_bad_config, explain_unknown_key, format_validation_error,
-                                 numbers_as_text, say_once_per_node)
+                                 numbers_as_text, one_line_missing_preset, say_once_per_node)
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 _BASIC_LAUNCHER_LOG = "hydra._internal.core_plugins.basic_launcher"   # its module's logger
@@ -214,7 +214,7 @@ def validated_config(compose, world_size: int = 1, known: DictConfig | None = No
     except ValidationError as e:
         return format_validation_error(e)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
-        return explain_unknown_key(e, known) if known is not None else str(e)
+        return one_line_missing_preset(explain_unknown_key(e, known) if known is not None else str(e))
     return config
 
 

@@ -2478,6 +2478,25 @@ def test_a_sweep_checks_every_job_before_the_first_starts(small_build, tmp_path)
     assert os.listdir(tmp_path) == []
 
 
+def test_an_unknown_preset_is_one_line_naming_the_presets(small_build, tmp_path, capsys):
+    """Hydra's "Could not find 'arch/hrm_huge'" ran to ten lines (the presets one a line, then its
+    config search path), for one run and for a sweep's job alike."""
+    import pretrain
+    with pytest.raises(SystemExit) as stopped:
+        pretrain.check_overrides(["arch=hrm_huge", f"data_path={small_build}"])
+    said = capsys.readouterr().err
+    presets = ", ".join(sorted(p.stem for p in (ROOT / "configs" / "arch").glob("*.yaml")))
+    assert stopped.value.code == 2 and said == (
+        f"pretrain.py: invalid config: In 'cfg_pretrain': Could not find 'arch/hrm_huge' (the presets of arch: "
+        f"{presets})\n"), said
+    run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), "-m", "arch=hrm_tiny,hrm_huge",
+                          f"data_path={small_build}", "global_batch_size=8"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, WANDB_MODE="disabled"))
+    assert run.returncode == 2 and run.stderr.endswith(
+        f"job #1 (arch=hrm_huge):\n  In 'cfg_pretrain': Could not find 'arch/hrm_huge' (the presets of arch: "
+        f"{presets})\n"), run.stderr[-3000:]
+
+
 def test_a_fresh_sweep_over_runs_that_hold_checkpoints_stops_before_its_first_job(small_build, tmp_path):
     """The same sweep with a run_name run again without resume=latest: the second job's run folder
     already holds a checkpoint, so the job would be refused when it starts, after the first one had
