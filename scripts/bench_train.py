@@ -116,10 +116,15 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS, help="for MFU (default: H200 bf16 dense)")
-    p.add_argument("--time-limit", type=float, default=float(os.environ.get("BENCH_TIME_LIMIT") or 0) or None,
+    p.add_argument("--time-limit", type=float,
                    help="seconds per config, compile included: time fewer steps rather than run over "
                         "(default: $BENCH_TIME_LIMIT, which scripts/gpu_check.sh sets to its phase limit)")
     args = p.parse_args()
+    if args.time_limit is None:   # read here, not as the default: a bad value was a traceback before --help
+        try:
+            args.time_limit = float(os.environ.get("BENCH_TIME_LIMIT") or 0) or None
+        except ValueError:
+            p.error(f"$BENCH_TIME_LIMIT={os.environ['BENCH_TIME_LIMIT']!r} is not a number of seconds")
     # before any work: --batch 0 silently ran the default batch, --steps 0 printed 0 tokens/s as a
     # result, --peak-tflops 0 ended in a ZeroDivisionError after the timed loop on CUDA
     if args.steps < 1 or args.warmup < 0:

@@ -75,6 +75,19 @@ def test_bad_numbers_are_refused_before_any_work(args, message, monkeypatch, cap
     assert exited.value.code == 2 and message in err and out == "", err
 
 
+def test_a_bench_time_limit_that_is_no_number_is_one_line(monkeypatch, capsys):
+    # read as --time-limit's default when the parser was built: a ValueError traceback, even for --help
+    from scripts import bench_train
+    monkeypatch.setenv("BENCH_TIME_LIMIT", "5m")
+    monkeypatch.setattr(bench_train, "small_build", lambda folder: pytest.fail("built before refusing"))
+    monkeypatch.setattr(sys, "argv", ["bench_train.py", "--config", "hrm_tiny"])
+    with pytest.raises(SystemExit) as exited:
+        bench_train.main()
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.splitlines()[-1] == "bench_train.py: error: $BENCH_TIME_LIMIT='5m' is not a number of seconds"
+
+
 def test_device_cuda_without_cuda_is_one_line(monkeypatch, capsys):
     # init_distributed's RuntimeError ended the run in a traceback, exit 1
     from scripts import bench_train
