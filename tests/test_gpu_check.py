@@ -150,3 +150,16 @@ def test_a_budget_that_is_not_whole_seconds_is_refused(tmp_path):
     assert proc.returncode == 2
     assert records == [{"setup": "BUDGET: '540s' is not a whole number of seconds (0: no limit)"}]
     assert not (tmp_path / "data").exists()
+
+
+def test_a_python_without_numba_is_said_at_setup(tmp_path):
+    # $WHEELS carries no numba: the check went on to the build and failed in the first phase that
+    # evaluates. A python that sees no site-packages (-S) stands for an image without numba.
+    python = tmp_path / "bare-python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    python.chmod(0o755)
+    proc, records, _ = run_check(tmp_path, tmp_path / "data", PYTHON=str(python))
+    assert proc.returncode == 1
+    assert records == [{"setup": "numba is missing (evaluation and voting need it; prepare_gpu_check.sh's wheels "
+                                 "do not carry it)"}]
+    assert not (tmp_path / "data").exists()
