@@ -131,8 +131,10 @@ def main() -> None:
         p.error(f"--steps must be at least 1 and --warmup at least 0, got {args.steps} and {args.warmup}")
     if args.batch is not None and args.batch < 1:
         p.error(f"--batch must be at least 1, got {args.batch}")
-    if not args.peak_tflops > 0 or (args.time_limit is not None and not args.time_limit > 0):
-        p.error(f"--peak-tflops and --time-limit must be > 0, got {args.peak_tflops} and {args.time_limit}")
+    if not args.peak_tflops > 0:
+        p.error(f"--peak-tflops must be > 0, got {args.peak_tflops:g}")
+    if args.time_limit is not None and not args.time_limit > 0:
+        p.error(f"--time-limit must be > 0, got {args.time_limit:g}")
     if args.device == "cuda" and not torch.cuda.is_available():   # init_distributed's refusal was a traceback
         p.error("--device cuda: CUDA is not available on this machine (--device cpu or auto)")
     os.environ.setdefault("WANDB_MODE", "disabled")

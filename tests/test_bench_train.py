@@ -61,8 +61,9 @@ def test_flops_per_token_by_hand():
 @pytest.mark.parametrize("args, message", [(["--batch", "0"], "--batch must be at least 1, got 0"),
                                            (["--steps", "0"], "--steps must be at least 1"),
                                            (["--warmup", "-1"], "--warmup at least 0"),
-                                           (["--peak-tflops", "0"], "--peak-tflops and --time-limit must be > 0"),
-                                           (["--time-limit", "-5"], "--peak-tflops and --time-limit must be > 0")])
+                                           (["--peak-tflops", "0"], "--peak-tflops must be > 0, got 0\n"),
+                                           (["--peak-tflops", "nan"], "--peak-tflops must be > 0, got nan\n"),
+                                           (["--time-limit", "-5"], "--time-limit must be > 0, got -5\n")])
 def test_bad_numbers_are_refused_before_any_work(args, message, monkeypatch, capsys):
     """--batch 0 ran the default batch (8) and said batch 8; --steps 0 printed a result of 0 tokens/s.
     Refused before the build is made or the device chosen."""
