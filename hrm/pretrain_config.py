@@ -247,8 +247,13 @@ def let_the_speaker_finish() -> None:
 
 
 def exit_bad_config(message: str):
-    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine."""
-    say_once_per_node(message)
+    """Stop pretrain.py with EXIT_BAD_CONFIG, saying why once per machine; also when the message
+    cannot be said (`2>&1 | head -1` closed the pipe): a sweep's check that failed to print its
+    refusal was taken for a check that could not run, and the sweep went on."""
+    try:
+        say_once_per_node(message)
+    except BrokenPipeError:
+        pass
     let_the_speaker_finish()
     sys.exit(EXIT_BAD_CONFIG)
 

@@ -2497,6 +2497,22 @@ def test_an_unknown_preset_is_one_line_naming_the_presets(small_build, tmp_path,
         f"{presets})\n"), run.stderr[-3000:]
 
 
+def test_a_refused_sweep_whose_output_is_closed_still_stops(small_build, tmp_path):
+    """`pretrain.py -m ... 2>&1 | head -1`: printing the refusal hit the closed pipe, the sweep's check
+    took that for a check that could not run (a warning) and the sweep went on (exit 1, its record
+    written). The refusal stands unsaid: exit 2, nothing written."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)                    # the reader is gone before anything is printed
+    try:
+        run = subprocess.run([sys.executable, str(ROOT / "pretrain.py"), "-m", "arch=hrm_tiny,hrm_huge",
+                              f"data_path={small_build}", "global_batch_size=8"], cwd=tmp_path, stdout=write_end,
+                             stderr=write_end, timeout=120, env=dict(os.environ, WANDB_MODE="disabled"))
+    finally:
+        os.close(write_end)
+    assert run.returncode == 2
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_fresh_sweep_over_runs_that_hold_checkpoints_stops_before_its_first_job(small_build, tmp_path):
     """The same sweep with a run_name run again without resume=latest: the second job's run folder
     already holds a checkpoint, so the job would be refused when it starts, after the first one had
