@@ -133,11 +133,26 @@ def check_comparable(reports: dict[Path, dict]) -> None:
         for what, value, expected in (
                 ("preset", report["preset"], first["preset"]),
                 ("arms", list(report["arms"]), list(first["arms"])),
-                ("build digest", report["build"].get("digest"), first["build"].get("digest")),
-                ("training commands (apart from seed and folders)", shared_settings(report), shared_settings(first))):
+                ("build digest", report["build"].get("digest"), first["build"].get("digest"))):
             if value != expected:
-                raise SeedsError(f"{path}: its {what} differ from {first_path}'s ({value} vs {expected}): "
+                raise SeedsError(f"{path}: its {what} differs from {first_path}'s ({value} vs {expected}): "
                                  f"not the same comparison with another seed")
+        settings, expected = shared_settings(report), shared_settings(first)
+        for name in settings:
+            if settings[name] != expected[name]:
+                raise SeedsError(f"{path}: its {name} arm's training command (apart from seed and folders) differs "
+                                 f"from {first_path}'s ({command_difference(settings[name], expected[name])}): "
+                                 f"not the same comparison with another seed")
+
+
+def command_difference(tokens: list[str], expected: list[str]) -> str:
+    """What one command has that the other lacks, both ways: the whole commands would bury the one
+    override that differs in a line of twenty shared ones."""
+    only_here = [t for t in tokens if t not in expected]
+    only_there = [t for t in expected if t not in tokens]
+    if not only_here and not only_there:
+        return "the same overrides, repeated or in another order"
+    return f"{' '.join(only_here) or 'nothing'} vs {' '.join(only_there) or 'nothing'}"
 
 
 def figure(arm: dict, key: str) -> float | None:

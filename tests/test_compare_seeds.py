@@ -72,8 +72,9 @@ def test_a_diverged_arm_has_no_figures_for_its_seed(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("second, message", [
-    (report(1, {"baseline": 1.0, "deeploop": 1.0}, digest="d2"), "its build digest differ from"),
-    (report(1, {"baseline": 1.0, "deeploop": 1.0}, lr="0.002"), "its training commands (apart from seed and folders) differ"),
+    (report(1, {"baseline": 1.0, "deeploop": 1.0}, digest="d2"), "its build digest differs from"),
+    (report(1, {"baseline": 1.0, "deeploop": 1.0}, lr="0.002"),
+     "its baseline arm's training command (apart from seed and folders) differs from"),
     (report(0, {"baseline": 1.0, "deeploop": 1.0}), "are both seed 0: each seed once"),
     ({"preset": "cpu", "seed": 1, "build": {}}, "not a report of scripts/compare.py (no 'arms')"),
     ("{not json", "not valid JSON"),
@@ -86,6 +87,17 @@ def test_reports_of_another_comparison_are_refused_by_name(tmp_path, capsys, sec
     assert err.startswith("compare_seeds.py: error: ") and message in err, err
     assert "other.json" in err
     assert not list(tmp_path.glob("seeds.*"))
+
+
+def test_a_command_apart_from_the_seed_is_refused_naming_only_the_overrides_that_differ(tmp_path, capsys):
+    """The refusal names the differing overrides (lr=0.002 vs lr=0.001), not both whole commands
+    (before: two dicts of every token of both arms, one of them differing)."""
+    first = write(tmp_path, "first.json", report(0, {"baseline": 1.0, "deeploop": 1.0}))
+    other = write(tmp_path, "other.json", report(1, {"baseline": 1.0, "deeploop": 1.0}, lr="0.002"))
+    assert compare_seeds.main([first, other]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{first}'s (lr=0.002 vs lr=0.001): not the same comparison with another seed"), err
+    assert "arch=hrm_tiny" not in err and len(err.splitlines()) == 1
 
 
 def test_out_may_not_write_over_a_report_it_reads(tmp_path, capsys):
