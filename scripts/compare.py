@@ -290,7 +290,7 @@ def arm_result(recipe: Recipe, arm: Arm, train_s: float | None = None, predict_s
     if recorded and trained is not None and trained != meant:
         # the report names this invocation's --seed: one seed's runs reported under another would
         # count as a second seed in compare_seeds.py
-        raise ExperimentError(f"{run_dir}: trained with seed={trained}, but this report is for "
+        raise WrongSeedForReport(f"{run_dir}: trained with seed={trained}, but this report is for "
                               f"--seed {meant}; pass --seed {trained}")
     return {
         "label": arm.label,
@@ -510,6 +510,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+class WrongSeedForReport(ExperimentError):
+    """--report given another --seed than its runs trained with: a refused option (exit 2), not a
+    failed arm (exit 1)."""
+
+
 def arm_gpu(args, i: int) -> str | None:
     """The GPU of the i-th arm (cpu preset): the GPUs in turn, so two arms share one when there is one."""
     gpus = args.gpus if args.preset == "cpu" and not args.report else []
@@ -588,6 +593,9 @@ def main(argv=None) -> int:
         floor = unigram_floor(recipe.build)[0]
         for arm in recipe.arms:
             arms[arm.name]["outcome"] = arm_outcome(recipe.run_dir(arm), floor)
+    except WrongSeedForReport as e:   # the command line's --seed is refused, as other bad options are
+        print(f"compare.py: error: {e}", file=sys.stderr)
+        return 2
     except (ExperimentError, OSError, ValueError) as e:   # OSError: a file missing or unreadable (--report)
         print(f"compare.py: error: {e}", file=sys.stderr)
         return 1

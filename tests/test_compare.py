@@ -339,10 +339,10 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
         assert fresh["seconds"] == {"train": None, "predict": None, "vote": None}
     assert "--report from existing run folders" in again.with_suffix(".md").read_text()
     # a --report under another --seed than the runs trained with would let compare_seeds.py count
-    # this seed twice: refused, naming the run and its seed
+    # this seed twice: refused, naming the run and its seed, with the exit code of a refused option
     other = tmp_path / "results" / "other_seed"
     assert compare.main(["--preset", "cpu", "--report", "--seed", "3", "--work", str(tmp_path / "work"),
-                         "--out", str(other)]) == 1
+                         "--out", str(other)]) == 2
     assert (f"{tmp_path / 'work' / 'baseline'}: trained with seed=0, but this report is for --seed 3; "
             "pass --seed 0") in capsys.readouterr().err
     assert not list(other.parent.glob("other_seed.*"))
