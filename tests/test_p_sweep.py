@@ -352,6 +352,21 @@ def test_task_counts_below_one_are_refused(capsys):
         assert f"--tasks takes two whole numbers >= 1 (training, evaluation), got {' '.join(tasks)}" in err
 
 
+def test_small_build_options_beside_data_are_refused(capsys):
+    # --data replaces the small build: `--data B --num-aug 0` started the whole default grid on B,
+    # the option (even its bad value) never read
+    for given, named in ((["--num-aug", "0"], "--num-aug only makes"),
+                         (["--tasks", "4", "4", "--source-dir", "arc"], "--source-dir, --tasks only make")):
+        with pytest.raises(SystemExit) as e:
+            p_sweep.parse_args(["--data", "builds/mine", *given])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--data builds/mine is the build; {named} the small build it replaces: leave " in err, err
+    args = p_sweep.parse_args(["--data", "builds/mine"])          # alone, or the options alone: as before
+    assert (args.tasks, args.num_aug) == ([8, 8], 4)
+    assert (p_sweep.parse_args(["--num-aug", "2"]).num_aug, p_sweep.parse_args(["--tasks", "3", "5"]).tasks) == (2, [3, 5])
+
+
 def test_a_window_longer_than_the_runs_is_refused_and_the_default_one_shortened(capsys):
     """A final-loss window longer than --steps would average every whole curve (and call finished
     cells stuck where run_status.py says too-short): refused when given, the default cut to --steps."""
