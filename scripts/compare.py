@@ -372,7 +372,8 @@ def results_markdown(report: dict) -> str:
     lines = [f"# Baseline vs DeepLoop ({report['preset']} preset)", "",
              f"Command: `{report['command']}`  ",
              f"Build: {report['build']['description']}, digest `{report['build']['digest']}` "
-             f"(verified before each training)  ",
+             # --report trains nothing: the digest is the build's as the table was made
+             + ("(read by --report)  " if report.get("report_only") else "(verified before each training)  "),
              f"Settings: {' '.join(report['common'])}  " if report.get("common") is not None else
              "Settings: see the training commands below  ",
              f"Unigram floor of the build: {report['build']['unigram_floor']:.4f} nats (the train LM loss of always "

@@ -338,6 +338,9 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
         assert "max_steps=2" in fresh["command"] and "arch.hidden_size=16" in fresh["command"]
         assert fresh["seconds"] == {"train": None, "predict": None, "vote": None}
     assert "--report from existing run folders" in again.with_suffix(".md").read_text()
+    # it verified no build before a training it did not run: the table does not say it did
+    assert f"digest `{report['build']['digest']}` (read by --report)" in again.with_suffix(".md").read_text()
+    assert "(verified before each training)" in md
     # a --report under another --seed than the runs trained with would let compare_seeds.py count
     # this seed twice: refused, naming the run and its seed, with the exit code of a refused option
     other = tmp_path / "results" / "other_seed"
