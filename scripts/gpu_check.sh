@@ -206,7 +206,9 @@ phase deeploop "bench_train hrm_deeploop" 300 $PY scripts/bench_train.py --confi
 
 if ! wanted torchrun; then
     :
-elif [ -z "${REHEARSE:-}" ] && [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+elif [ -n "${REHEARSE:-}" ]; then
+    echo '{"phase": "torchrun 2 processes", "skipped": "a rehearsal runs no NCCL (it needs one GPU per rank)"}'
+elif [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
     rm -rf checkpoints/gpu-check-2proc
     phase torchrun "torchrun 2 processes" 300 $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py \
         arch=hrm_deeploop data_path="$DATA" global_batch_size=64 epochs=1 eval_interval=1 max_steps=20 \

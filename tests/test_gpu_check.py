@@ -68,7 +68,8 @@ def test_full_rehearsal_runs_every_phase(rehearse_build, tmp_path):
     assert phases == ["bench_model hrm_v1", "gpu tests", "bench_train hrm_v1", "fused AdamATan2 test", "done",
                       "pretrain smoke", "pretrain resume", "vote", "bench_train hrm_deeploop", "done"]
     assert records[-1]["failed"] == records2[-1]["failed"] == []
-    assert {"phase": "torchrun 2 processes", "skipped": "fewer than two GPUs (NCCL needs one GPU per rank)"} in records2
+    # skipped for the rehearsal itself, not for a GPU count it never looked at
+    assert {"phase": "torchrun 2 processes", "skipped": "a rehearsal runs no NCCL (it needs one GPU per rank)"} in records2
     benches = [r for r in records + records2 if "tokens_per_s" in r]
     assert [b["config"] for b in benches] == ["cpu-bench", "hrm_tiny", "hrm_tiny"]
     assert all(b["tokens_per_s"] > 0 for b in benches)
