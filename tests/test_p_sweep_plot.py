@@ -80,6 +80,11 @@ def test_the_script_replots_a_committed_csv(tmp_path):
     expected = figure6_png(rows, sweep_plot.sweep_floor(rows, COMMITTED), tmp_path / "direct.png",
                            "p sweep: p_sweep_cpu.csv, 100 steps, seeds 0 1", margin=0.05)
     np.testing.assert_array_equal(pixels, read_png(expected))
+    # with the sweep's own title (docs/experiments.md), the committed picture, byte for byte
+    titled = tmp_path / "titled.png"
+    assert run_script(str(COMMITTED.relative_to(ROOT)), "--out", str(titled),
+                      "--title", "p sweep: hrm_tiny, 100 steps, seeds 0 1").returncode == 0
+    assert titled.read_bytes() == COMMITTED.with_suffix(".png").read_bytes()
 
 
 def test_read_sweep_csv_gives_numbers():
