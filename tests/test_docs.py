@@ -1,6 +1,7 @@
 """The README and docs/ name files, links, options and config keys that exist: a renamed script, a
 removed option or a mistyped key in a documented command fails here rather than in a reader's shell.
 Reads text only (no subprocess, no torch), so it costs nothing."""
+import fnmatch
 import re
 from pathlib import Path
 
@@ -137,3 +138,59 @@ def test_the_checks_above_catch_what_they_are_for(tmp_path):
     assert "arch.scaling.H.p" in composed_keys()
     assert not re.search(r"""["']--no-such-option["']""", project_sources(ROOT / "build_arc.py"))
     assert re.search(r"""["']--limit-tasks["']""", project_sources(ROOT / "build_arc.py"))
+
+
+def layout_entries() -> dict[str, str]:
+    """The README's Layout block: each entry's first word (`hrm/`, `.ci/run`) and its text,
+    continuation lines (indented) joined to the entry above."""
+    block = re.search(r"## Layout\n+```\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S).group(1)
+    entries, name = {}, None
+    for line in block.splitlines():
+        if line[:1].strip():
+            name = line.split()[0]
+            entries[name] = line
+        elif name is not None:
+            entries[name] += " " + line.strip()
+    return entries
+
+
+def git_ignored(name: str) -> bool:
+    """A top-level name that .gitignore keeps out of the repository (its plain and root patterns)."""
+    patterns = [p.strip().strip("/") for p in (ROOT / ".gitignore").read_text().splitlines()
+                if p.strip() and not p.startswith("#")]
+    return name == ".git" or any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
+def braces(text: str) -> set[str]:
+    """The words of a text with `a_{b,c}.py` expanded to `a_b.py` and `a_c.py`."""
+    words = set()
+    for word in re.findall(r"[\w./{},]+", text):
+        match = re.search(r"\{([^}]*)\}", word)
+        parts = match.group(1).split(",") if match else [""]
+        words.update(word[:match.start()] + p + word[match.end():] if match else word for p in parts)
+    return {word.rstrip(",") for word in words}
+
+
+def test_the_readme_layout_names_every_folder_and_module():
+    """Every top-level folder and script of the repository has its line in the README's Layout, and
+    every module of hrm/ and arc_data/ and every script of scripts/ is named on its folder's line (a
+    module by its name, its name with spaces, or a word it begins: `optim` in `optimizers`)."""
+    entries = layout_entries()
+    named = {word.rstrip("/,") for text in entries.values() for word in text.split()}
+    for path in ROOT.iterdir():
+        if (path.is_dir() or path.suffix == ".py") and not git_ignored(path.name):
+            assert path.name in named or any(n.startswith(path.name + "/") for n in named), \
+                f"README.md's Layout does not name {path.name}"
+    for folder in ("hrm", "arc_data"):
+        words = re.findall(r"\w+", entries[f"{folder}/"].lower())
+        text = " ".join(words)
+        for module in sorted((ROOT / folder).glob("*.py")):
+            stem = module.stem
+            if stem == "__init__":
+                continue
+            assert stem in words or re.search(rf"\b{stem.replace('_', ' ')}", text) \
+                or any(w.startswith(stem) for w in words), f"README.md's Layout does not name {folder}/{module.name}"
+    scripts = braces(entries["scripts/"])
+    for script in sorted((ROOT / "scripts").iterdir()):
+        if script.suffix in (".py", ".sh"):
+            assert script.name in scripts, f"README.md's Layout does not name scripts/{script.name}"
