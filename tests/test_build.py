@@ -295,8 +295,8 @@ def test_a_disk_error_with_the_default_output_dir_names_that_folder(tmp_path, ca
     monkeypatch.chdir(tmp_path)
     assert build_arc.main(["--num-aug", "1", "--limit-tasks", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.endswith("build_arc.py: error: data/arc-aug-1000: No space left on device (no build was written)\n"), err
-    assert not (tmp_path / "data" / "arc-aug-1000").exists()
+    assert err.endswith("build_arc.py: error: data/arc-aug-1: No space left on device (no build was written)\n"), err
+    assert not (tmp_path / "data" / "arc-aug-1").exists()
 
 
 def test_same_task_name_from_two_sources_is_refused(tmp_path, capsys):
@@ -574,6 +574,20 @@ def test_overwrite_refuses_a_build_holding_files_it_did_not_write(tmp_path, monk
     assert json.loads((out / "manifest.json").read_text())["settings"]["num_aug"] == 3
 
 
+def test_the_default_output_folder_is_named_after_the_augmentation_count(tmp_path, monkeypatch, capsys):
+    """`--num-aug 2` wrote data/arc-aug-1000, a name that says a full build; it is data/arc-aug-2, and
+    the full build keeps HRM's name (data/arc-aug-1000, the config files' data_path)."""
+    from arc_data.build import BuildConfig
+    monkeypatch.chdir(tmp_path)
+    src = small_source(tmp_path / "src")
+    assert build_arc.main(["--source-dir", str(src), "--num-aug", "2", "--quiet"]) == 0
+    assert json.loads((tmp_path / "data" / "arc-aug-2" / "manifest.json").read_text())["settings"]["num_aug"] == 2
+    assert sorted(os.listdir(tmp_path / "data")) == ["arc-aug-2"]
+    assert BuildConfig().resolved_output() == Path("data/arc-aug-1000")
+    assert BuildConfig(dataset="arc-agi-2").resolved_output() == Path("data/arc-2-aug-1000")
+    assert BuildConfig(num_aug=8, output_dir="mine").resolved_output() == Path("mine")
+
+
 def test_dataset_beside_source_dir_is_noted_as_naming_the_folder_only(tmp_path, monkeypatch, capsys):
     """The tasks come from --source-dir whatever --dataset says: a note says so, and what --dataset
     still does (the default output folder), so no one reads an ARC-AGI-2 build into the name."""
@@ -582,8 +596,8 @@ def test_dataset_beside_source_dir_is_noted_as_naming_the_folder_only(tmp_path, 
     assert build_arc.main(["--dataset", "arc-agi-2", "--source-dir", str(src), "--num-aug", "2", "--quiet"]) == 0
     err = capsys.readouterr().err
     assert (f"note: the tasks come from --source-dir {src}; --dataset arc-agi-2 only picks the default output "
-            "folder, data/arc-2-aug-1000\n") in err, err
-    assert (tmp_path / "data" / "arc-2-aug-1000" / "manifest.json").is_file()
+            "folder, data/arc-2-aug-2\n") in err, err
+    assert (tmp_path / "data" / "arc-2-aug-2" / "manifest.json").is_file()
     assert build_arc.main(["--dataset", "arc-agi-1", "--source-dir", str(src), "--num-aug", "2", "--quiet",
                            "--output-dir", "b"]) == 0
     assert "--dataset arc-agi-1 does nothing here (--output-dir is given)" in capsys.readouterr().err
