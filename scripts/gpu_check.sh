@@ -39,6 +39,12 @@
 # `bash scripts/prepare_gpu_check.sh` on a connected machine first (it writes data/gpu-check and
 # .gpu-wheels/), copy both beside the code, and pass WHEELS=.gpu-wheels.
 set -uo pipefail
+if [ $# -gt 0 ]; then   # its settings are environment variables: `--help` (or any argument) starts nothing
+    case $1 in
+        -h|--help) sed -n '2,/^set -uo pipefail/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+        *) echo "gpu_check.sh: takes no arguments (settings are environment variables: FULL, BUDGET, ONLY, WHEELS, ...; --help)" >&2; exit 2 ;;
+    esac
+fi
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LOGS=${OUT:-$(mktemp -d)}
@@ -132,9 +138,12 @@ if problems:
 PY
 SITE=${SITE:-$(mktemp -d)/site-packages}
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-MISSING=$($PY - <<'PY'
+MISSING=$($PY - $( (wanted tests || wanted adam) && echo pytest) <<'PY'
 import importlib.util
-wanted = {"hydra": "hydra-core", "pydantic": "pydantic", "yaml": "pyyaml", "tqdm": "tqdm", "pytest": "pytest"}
+import sys
+wanted = {"hydra": "hydra-core", "pydantic": "pydantic", "yaml": "pyyaml", "tqdm": "tqdm"}
+if sys.argv[1:] == ["pytest"]:     # only the tests and adam phases run pytest
+    wanted["pytest"] = "pytest"
 print(" ".join(package for module, package in wanted.items() if importlib.util.find_spec(module) is None))
 PY
 )

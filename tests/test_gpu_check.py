@@ -164,3 +164,29 @@ def test_a_python_without_numba_is_said_at_setup(tmp_path):
     assert records == [{"setup": "numba is missing (evaluation and voting need it; prepare_gpu_check.sh's wheels "
                                  "do not carry it)"}]
     assert not (tmp_path / "data").exists()
+
+
+def test_pytest_is_asked_for_only_by_the_phases_that_run_it(tmp_path):
+    # The short check runs no pytest, yet stopped at setup without it ("missing: pytest"): the README's
+    # GPU recipe installs no dev extra. A python that finds no pytest (sys.modules["pytest"] = None
+    # makes find_spec answer None) stands for such a machine.
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['pytest'] = None\n")
+    env = dict(PYTHONPATH=f"{hide}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    proc, records, _ = run_check(tmp_path / "tests", tmp_path / "data", ONLY="tests", **env)
+    assert proc.returncode == 1 and records[-1]["setup"].startswith("missing: pytest; pass WHEELS="), records
+    proc, records, _ = run_check(tmp_path / "v1", tmp_path / "data", ONLY="v1", **env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert records[-1]["failed"] == [] and not any("setup" in r for r in records), records
+    assert any(r.get("phase") == "bench_train hrm_v1" and "elapsed_s" in r for r in records), records
+
+
+def test_help_prints_the_header_and_runs_nothing(tmp_path):
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--help"], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "OUT": str(tmp_path)})
+    assert proc.returncode == 0 and proc.stdout.startswith("GPU check (one H200 or any CUDA GPU)"), proc.stdout
+    assert "REHEARSE=1 runs every phase on the CPU" in proc.stdout and "set -uo" not in proc.stdout
+    assert os.listdir(tmp_path) == []           # no log, no build
+    other = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "FULL=1"], capture_output=True, text=True)
+    assert other.returncode == 2 and "takes no arguments (settings are environment variables" in other.stderr
