@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from hrm import optim
 from hrm.optim import AdamATan2, fused_backend_available
 
 
@@ -25,7 +26,19 @@ def hand_adam_atan2(p0, grads, lr, b1, b2, wd):
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-13), (torch.float32, 2e-6)])
-def test_fallback_matches_hand_computation_over_several_steps(dtype, tol):
+@pytest.mark.parametrize("branch", ["cpu", "device"])
+def test_fallback_matches_hand_computation_over_several_steps(dtype, tol, branch, monkeypatch):
+    """`branch` "device": the fallback's other branch, which a CUDA run without the fused kernel
+    takes (bias corrections from the step tensor on the device, no host sync), forced on the CPU by
+    letting every tensor report a CUDA device while the update runs (only that branch reads it)."""
+    if branch == "device":
+        update = optim._reference_update
+
+        def as_on_cuda(*args):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
+                update(*args)
+        monkeypatch.setattr(optim, "_reference_update", as_on_cuda)
     g = torch.Generator().manual_seed(0)
     p0 = torch.randn(7, generator=g, dtype=torch.float64)
     grads = [torch.randn(7, generator=g, dtype=torch.float64) * 10 ** (k - 3) for k in range(6)]
