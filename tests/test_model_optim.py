@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -125,6 +126,47 @@ def test_loaded_step_counter_lives_beside_its_parameter():
 def test_invalid_hyperparameters(kwargs, message):
     with pytest.raises(ValueError, match=message):
         AdamATan2([torch.nn.Parameter(torch.zeros(1))], **kwargs)
+
+
+def test_fused_kernel_is_called_as_the_adam_atan2_package_calls_it(monkeypatch):
+    """On CUDA the adam-atan2 package's extension runs the update:
+    adam_atan2_backend.adam_atan2_cuda_impl_(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr,
+    beta1, beta2, weight_decay), lists of tensors and floats, each step a float32 0-dim tensor on
+    its parameter's device that the caller has already advanced (the package's own optimizer does
+    _foreach_add_ first); the kernel reads it and updates p, m and v in place. A stand-in with the
+    kernel's arithmetic (step_size = lr / (1 - b1^t), atan2(m, sqrt(v) / sqrt(1 - b2^t))) on the
+    CPU, with tensors reporting a CUDA device, must then give the hand computation."""
+    calls = []
+
+    def adam_atan2_cuda_impl_(params, grads, exp_avgs, exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay):
+        assert all(isinstance(x, list) for x in (params, grads, exp_avgs, exp_avg_sqs, state_steps))
+        assert all(type(x) is float for x in (lr, beta1, beta2, weight_decay))
+        calls.append([s.item() for s in state_steps])
+        for p, g, m, v, s in zip(params, grads, exp_avgs, exp_avg_sqs, state_steps):
+            assert s.dtype == torch.float32 and s.dim() == 0
+            t = s.item()
+            p.mul_(1 - lr * weight_decay)
+            m.lerp_(g, 1 - beta1)
+            v.lerp_(g * g, 1 - beta2)
+            p.sub_(lr / (1 - beta1 ** t) * torch.atan2(m, v.sqrt() / math.sqrt(1 - beta2 ** t)))
+
+    monkeypatch.setattr(optim, "_fused_backend", lambda: SimpleNamespace(adam_atan2_cuda_impl_=adam_atan2_cuda_impl_))
+    g = torch.Generator().manual_seed(0)
+    p0 = torch.randn(7, generator=g)
+    grads = [torch.randn(7, generator=g) * 10 ** (k - 3) for k in range(6)]
+    param = torch.nn.Parameter(p0.clone())
+    opt = AdamATan2([param], lr=0.01, betas=(0.9, 0.95), weight_decay=0.1)
+    param.grad = grads[0]
+    opt.step()              # on the CPU: the fallback, which also makes the state
+    assert calls == []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")))
+        for grad in grads[1:]:
+            param.grad = grad
+            opt.step()
+    assert calls == [[2.0], [3.0], [4.0], [5.0], [6.0]]
+    p, _, _ = hand_adam_atan2(p0.double(), [x.double() for x in grads], 0.01, 0.9, 0.95, 0.1)
+    assert torch.allclose(param.double(), torch.tensor(p, dtype=torch.float64), atol=2e-6, rtol=0)
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and fused_backend_available()),
