@@ -5,16 +5,16 @@
 # adds the checks a new GPU machine (or a change to CUDA paths) deserves. Phases, in this order, each
 # bounded by a timeout and run even when an earlier one failed (a one-shot GPU lease should bring
 # back all it can); [full] marks the FULL=1 ones:
+#   v1             bench_train.py hrm_v1: the training loop, bf16 + torch.compile
+#   deeploop       bench_train.py hrm_deeploop, as v1
+#   torchrun       2 processes of pretrain.py, only with two GPUs (NCCL wants one GPU per rank)
 #   model     [full] bench_model.py hrm_v1: the model-only training step, eager bf16 (issue 3)
 #   tests     [full] tests/test_gpu.py (CUDA step = CPU step, SDPA vs a float64 reference, bf16,
 #                    torch.compile vs eager for the training step and the evaluation segment) and
 #                    flash-attn vs SDPA (skips without flash_attn)
-#   v1             bench_train.py hrm_v1: the training loop, bf16 + torch.compile
 #   adam      [full] fused AdamATan2 against our fallback; built in the background from the start,
 #                    when the adam-atan2 source archive came in $WHEELS and nvcc is there
 #   smoke     [full] pretrain.py on CUDA (hrm_tiny): train, evaluate, checkpoint, resume; then vote
-#   deeploop       bench_train.py hrm_deeploop, as v1
-#   torchrun       2 processes of pretrain.py, only with two GPUs (NCCL wants one GPU per rank)
 # Results are JSON lines on stdout; with $OUT set (a device tool's output folder) the log goes there
 # too. The exit status is 1 when any phase failed, and the last line names them.
 #
@@ -71,13 +71,13 @@ failed=()
 skipped=()
 BUDGET=${BUDGET:-0}   # seconds for the whole check (0: no limit); a phase gets what is left of it
 FULL=${FULL:-}        # non-empty: the [full] phases too
-ONLY=${ONLY:-}        # space-separated phase keys to run instead: model tests v1 adam smoke deeploop torchrun
+ONLY=${ONLY:-}        # space-separated phase keys to run instead: v1 deeploop torchrun model tests adam smoke
 # BUDGET=540s would fail every "[ -gt ]" test with a bash warning and run with no limit at all
 if ! [[ $BUDGET =~ ^[0-9]+$ ]]; then
     echo "{\"setup\": \"BUDGET: '$BUDGET' is not a whole number of seconds (0: no limit)\"}"
     exit 2
 fi
-PHASES="model tests v1 adam smoke deeploop torchrun"
+PHASES="v1 deeploop torchrun model tests adam smoke"
 # A mistyped key would run nothing in its place and end "failed: []": a one-shot lease spent on nothing.
 read -ra only_keys <<< "$ONLY"   # (not a bare $ONLY: a "*" would expand to file names)
 for key in ${only_keys[@]+"${only_keys[@]}"}; do
@@ -178,12 +178,32 @@ if [ -n "$ADAM_SDIST" ] && wanted adam && command -v nvcc >/dev/null && ! $PY -c
     ADAM_PID=$!
 fi
 
+# The short check's phases first, the figures of the README's GPU row: on a one-shot lease a budget
+# that runs out skips the [full] extras, not them (hrm_deeploop compiles mostly from the cache
+# hrm_v1's filled).
+phase v1 "bench_train hrm_v1" 300 $PY scripts/bench_train.py --config $V1 --device $DEVICE --data "$DATA" \
+    --batch "$BATCH" --steps "$STEPS" --warmup $WARMUP $COMPILE
+
+phase deeploop "bench_train hrm_deeploop" 300 $PY scripts/bench_train.py --config $DEEPLOOP --device $DEVICE --data "$DATA" \
+    --batch "$BATCH" --steps "$STEPS" --warmup $WARMUP $COMPILE
+
+if ! wanted torchrun; then
+    :
+elif [ -n "${REHEARSE:-}" ]; then
+    echo '{"phase": "torchrun 2 processes", "skipped": "a rehearsal runs no NCCL (it needs one GPU per rank)"}'
+elif [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+    rm -rf checkpoints/gpu-check-2proc
+    phase torchrun "torchrun 2 processes" 300 $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py \
+        arch=hrm_deeploop data_path="$DATA" global_batch_size=64 epochs=1 eval_interval=1 max_steps=20 \
+        checkpoint_path=checkpoints/gpu-check-2proc eval_batch_size=256
+else
+    echo '{"phase": "torchrun 2 processes", "skipped": "fewer than two GPUs (NCCL needs one GPU per rank)"}'
+fi
+
+
 phase model "bench_model hrm_v1" 150 $PY scripts/bench_model.py "${MODEL_BENCH[@]}"
 
 phase tests "gpu tests" 300 $PY -m pytest -q -rs tests/test_gpu.py tests/test_model_layers.py::test_flash_and_sdpa_agree_on_gpu
-
-phase v1 "bench_train hrm_v1" 300 $PY scripts/bench_train.py --config $V1 --device $DEVICE --data "$DATA" \
-    --batch "$BATCH" --steps "$STEPS" --warmup $WARMUP $COMPILE
 
 if [ -n "$ADAM_PID" ]; then
     # Wait for the build only while the budget leaves 3 minutes for what follows; the fused test
@@ -209,22 +229,6 @@ phase smoke "pretrain smoke" 120 $PY pretrain.py $SMOKE max_steps=$SMOKE_STEPS
 phase smoke "pretrain resume" 120 $PY pretrain.py $SMOKE max_steps=$((SMOKE_STEPS * 3 / 2)) resume=latest \
     diagnostics_interval=$((SMOKE_STEPS * 3 / 2)) diagnostics_rows=4
 phase smoke "vote" 120 $PY evaluate/vote.py --predictions "$RUN/predictions/$(cat "$RUN/latest" 2>/dev/null)" --data "$DATA" --K 1 2 10
-
-phase deeploop "bench_train hrm_deeploop" 300 $PY scripts/bench_train.py --config $DEEPLOOP --device $DEVICE --data "$DATA" \
-    --batch "$BATCH" --steps "$STEPS" --warmup $WARMUP $COMPILE
-
-if ! wanted torchrun; then
-    :
-elif [ -n "${REHEARSE:-}" ]; then
-    echo '{"phase": "torchrun 2 processes", "skipped": "a rehearsal runs no NCCL (it needs one GPU per rank)"}'
-elif [ "$($PY -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
-    rm -rf checkpoints/gpu-check-2proc
-    phase torchrun "torchrun 2 processes" 300 $PY -m torch.distributed.run --nproc-per-node 2 pretrain.py \
-        arch=hrm_deeploop data_path="$DATA" global_batch_size=64 epochs=1 eval_interval=1 max_steps=20 \
-        checkpoint_path=checkpoints/gpu-check-2proc eval_batch_size=256
-else
-    echo '{"phase": "torchrun 2 processes", "skipped": "fewer than two GPUs (NCCL needs one GPU per rank)"}'
-fi
 
 names=$(printf '"%s", ' "${failed[@]}")
 [ ${#failed[@]} -eq 0 ] && names=
