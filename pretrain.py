@@ -62,8 +62,8 @@ def launch(hydra_config: DictConfig) -> None:
         exit_bad_config(f"error: {e}")
     tag = sweep_tag(composed)   # a sweep job's swept values: its run name's end ('' for a single run)
     if tag:    # its default run name carries the time its record's folder is named after
-        import hrm.train
-        hrm.train.sweep_started = sweep_start(HydraConfig.get().sweep.dir)
+        import hrm.run_naming
+        hrm.run_naming.sweep_started = sweep_start(HydraConfig.get().sweep.dir)
     # resume: what the command line does not set comes from the checkpoint, not the config files
     try:
         settings, note = resume_with_saved_settings(composed, list(HydraConfig.get().overrides.task), tag)
@@ -83,7 +83,8 @@ def launch(hydra_config: DictConfig) -> None:
         note_a_preset_named_otherwise(config.arch.name)
 
     from hrm.distributed import AgreedOnEveryRank, init_distributed, shutdown
-    from hrm.train import Trainer, TrainingDiverged, TrainingStopped
+    from hrm.sigterm import TrainingStopped
+    from hrm.train import Trainer, TrainingDiverged
     from hrm.evaluation import PredictionsNotWritten
     from hrm.train_checkpoint import CheckpointNotSaved
 
@@ -209,7 +210,7 @@ def interrupted_underneath(error: BaseException) -> bool:
 
 class SigtermOutsideTraining(BaseException):
     """SIGTERM outside training (a run starting up; in a sweep, also between two jobs), where fit's
-    handler (hrm.train.StopOnSigterm) is not in place: the default one ended the process without a
+    handler (hrm.sigterm.StopOnSigterm) is not in place: the default one ended the process without a
     word, naming neither a sweep's diverged jobs nor how to continue it (the run_name of default
     names), and a wrapper looking for the `stopped by SIGTERM` line took the stop for a failure.
     Not an Exception: Hydra's job runner and launch() must let it through."""

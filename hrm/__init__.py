@@ -16,6 +16,10 @@ Modules (each documents its public API):
     flops             model FLOPs per token of a training step (the benchmarks' MFU)
     train             the trainer (pretrain.py), with pretrain_config, resume_settings, distributed,
                       compiled, evaluation, train_checkpoint, run_log, run_lock and sweep
+    schedule          the lr schedule (warmup, cosine) and a run's estimated length in steps
+    sigterm           StopOnSigterm (stop after the step, saved), TrainingStopped
+    run_checks        the checks that a run's build and settings belong together (splits, ranks, resume)
+    run_naming        a run's default name (one time stamp per sweep), project and folder
     run_folders       run folders, their checkpoints and the one resume= picks, by path; no torch
 """
 import importlib

@@ -14,7 +14,7 @@ comes with the p beside it from this start too: the run's p would make it anothe
 (exponents_of_given_rules).
 
 The Trainer's own checks still refuse an architecture, build or batch order given on the command
-line that differs from the checkpoint's (hrm.train.check_same_arch, check_same_data).
+line that differs from the checkpoint's (hrm.run_checks.check_same_arch, check_same_data).
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def run_in_another_project(config: dict, tag: str) -> str | None:
 
 
 def named_run_folder(config: dict, tag: str = "") -> Path | None:
-    """The run folder that checkpoint_path or run_name names (as hrm.train.run_names finds it), or
+    """The run folder that checkpoint_path or run_name names (as hrm.run_naming.run_names finds it), or
     None: a default run name holds the time it started."""
     if not (config.get("checkpoint_path") or config.get("run_name")):
         return None
@@ -205,10 +205,10 @@ def resume_with_saved_settings(composed: dict, task_overrides: list[str], tag: s
 
 def continued_in_place(config: dict, checkpoint: Path, tag: str = "") -> bool:
     """Whether the run continues in the checkpoint's own folder under the name it started with
-    (hrm.train.continues_its_run, as Trainer._resume decides it). The folder it writes to: a given
+    (hrm.run_naming.continues_its_run, as Trainer._resume decides it). The folder it writes to: a given
     checkpoint_path (a sweep job's: <checkpoint_path>/<tag>), else the checkpoint's own."""
     from hrm.run_folders import run_folder
-    from hrm.train import continues_its_run
+    from hrm.run_naming import continues_its_run
     folder = (run_folder(config.get("project_name"), "", config["checkpoint_path"], str(config.get("data_path")), tag)
               if config.get("checkpoint_path") else checkpoint.parent)
     return continues_its_run(config.get("run_name"), folder, checkpoint)

@@ -227,10 +227,10 @@ def checkpoints_in_the_way(config: PretrainConfig, tag: str, job_chdir: bool = F
     if config.resume or not (config.run_name or config.checkpoint_path):
         return None
     from hrm.distributed import DistInfo
-    from hrm.train import run_names
+    from hrm.run_naming import run_names
     from hrm.run_folders import list_checkpoints
     # Under checkpoint_path the run name only labels the run; the default one would read this
-    # rank's clock now and fix the sweep's shared time stamp (hrm.train.default_stamp) unagreed
+    # rank's clock now and fix the sweep's shared time stamp (hrm.run_naming.default_stamp) unagreed
     # with the other ranks: a stand-in keeps it unread.
     named = config if config.run_name else config.model_copy(update={"run_name": "unread"})
     run_dir = run_names(named, DistInfo(0, 1, 0, None), tag)[2]
@@ -272,7 +272,7 @@ def shared_run_folders(folders: dict[str, str | None]) -> dict[str, list[str]]:
 
 
 def job_run_folder(config: PretrainConfig, tag: str, job_chdir: bool = False) -> str | None:
-    """The run folder a job of the sweep writes to (hrm.train.run_folder), a default run name shown
+    """The run folder a job of the sweep writes to (hrm.run_folders.run_folder), a default run name shown
     as `<arch>-<time>` (the sweep's start, the same for all its jobs, not read here); None for a
     relative one of a job that changes directory (hydra.job.chdir: per job, not told from here)."""
     from hrm.run_folders import run_folder
@@ -304,7 +304,7 @@ def fresh_if_nothing_to_resume(config: PretrainConfig, info, tag: str) -> Pretra
     Trainer's agreed start-up check names the ranks that have nothing to resume from (a rank
     starting afresh beside resuming ones would train on)."""
     from hrm.distributed import gather_objects
-    from hrm.train import run_names
+    from hrm.run_naming import run_names
     from hrm.run_folders import list_checkpoints
     from hrm.run_lock import is_held
     run_dir = run_names(config, info, tag)[2]

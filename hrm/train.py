@@ -15,36 +15,34 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 import torch
 import yaml
 
-from arc_data.dataset import DatasetError, EvalBatches, TrainBatches, load_split
+from arc_data.dataset import EvalBatches, TrainBatches, load_split
 from arc_data.manifest import build_identity
 from hrm.compiled import compile_fixed_shapes
-from hrm.config import ArchConfig
 from hrm.diagnostics import visit_alignment
-from hrm.distributed import (DistInfo, RefusedOnEveryRank, agree_on_outcome, all_reduce_grads_, all_reduce_sum_,
-                             broadcast_module_, broadcast_object, gather_objects, rank_span, switch_on)
+from hrm.distributed import DistInfo, agree_on_outcome, all_reduce_grads_, all_reduce_sum_, broadcast_module_, switch_on
 from hrm.evaluation import (EvaluationStopped, compiled_segment, evaluate, score_predictions, to_device,
                             write_predictions)
 from hrm.loss import ACTLossHead
 from hrm.model import HRM, Carry
 from hrm.optim import AdamATan2
-from hrm.pretrain_config import PretrainConfig, command_line_arg
+from hrm.pretrain_config import PretrainConfig
 from hrm.puzzle_embedding import PuzzleSignSGD
 from hrm.run_lock import RunLock
 from hrm.run_log import RunLog, error_text, new_wandb_run_id, progress_bar, resolve_wandb_mode, wandb_run_id
-from hrm.run_folders import list_checkpoints, project_of, resolve_resume, run_folder
-from hrm.scaling import derive_scaling, describe_scaling
+from hrm.run_checks import build_fingerprint, check_one_build, check_same_arch, check_same_data, check_splits_agree
+from hrm.run_folders import list_checkpoints, resolve_resume
+from hrm.run_naming import continues_its_run, run_names
+from hrm.scaling import describe_scaling
+from hrm.schedule import check_some_steps, estimated_total_steps, lr_at
+from hrm.sigterm import StopOnSigterm, TrainingStopped
 from hrm.train_checkpoint import (check_run_folder_shared, check_run_folder_usable, check_run_folder_writable,
                                   checkpoint_step, finish_unrenamed_saves, load_checkpoint, remove_unfinished_saves,
                                   save_checkpoint, unwritable_run_folder)
@@ -52,228 +50,6 @@ from hrm.train_checkpoint import (check_run_folder_shared, check_run_folder_usab
 
 class TrainingDiverged(RuntimeError):
     """A non-finite loss or gradient; the run folder holds `diverged.json` with the details."""
-
-
-class TrainingStopped(RuntimeError):
-    """SIGTERM (a scheduler's time limit or preemption, `kill`, torchrun passing either on): every
-    rank stopped after the same step, once the run's checkpoint for that step was saved."""
-
-    def __init__(self, step: int, checkpoint: Path, run_dir: Path):
-        super().__init__(f"stopped by SIGTERM at step {step}, saved as {checkpoint}: continue with "
-                         f"{command_line_arg('resume', run_dir)}")
-        self.step, self.checkpoint, self.run_dir = step, checkpoint, run_dir
-
-
-class StopOnSigterm:
-    """While training, SIGTERM asks for a stop instead of killing the process: the flag is read at
-    the end of each step (summed over ranks with the step's metrics, so every rank stops after the
-    same step) and after each evaluation batch but the last, and the run saves that step and stops
-    (fit raises TrainingStopped; an evaluation cut short runs again on resume). Schedulers send
-    SIGTERM some seconds before SIGKILL (SLURM: KillWait, 30 s by default; torchrun also waits 30 s
-    after passing it on): one step and a save fit; hours since the last evaluation's checkpoint
-    would be lost otherwise. A second SIGTERM kills at once, as before, unless it comes within
-    REPEAT_WINDOW_S of the first: a scheduler that signals every process of a job (SLURM's time
-    limit and scancel, with proctrack/cgroup) reaches torchrun's workers directly and again through
-    torchrun passing it on, and that copy must not kill the save the first one asked for.
-    Installed only from the main thread (signal handlers can be set nowhere else)."""
-
-    REPEAT_WINDOW_S = 5.0
-
-    def __init__(self):
-        self.requested = False
-        self._previous = None
-        self._first_at = 0.0
-
-    def __enter__(self) -> "StopOnSigterm":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._request)
-        return self
-
-    def _request(self, signum, frame) -> None:
-        now = time.monotonic()
-        if not self.requested:
-            self.requested, self._first_at = True, now
-        elif now - self._first_at > self.REPEAT_WINDOW_S:   # a later one ends the process, as SIGTERM does
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-
-
-def lr_at(step: int, base_lr: float, warmup: int, total: int, min_ratio: float) -> float:
-    """Linear warmup from 0, then cosine from base_lr to base_lr * min_ratio at `total` steps."""
-    if step < warmup:
-        return base_lr * step / max(1, warmup)
-    progress = (step - warmup) / max(1, total - warmup)
-    return base_lr * (min_ratio + max(0.0, (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))))
-
-
-def estimated_total_steps(config: PretrainConfig, train_split) -> int:
-    """HRM's estimate: epochs * groups * mean examples per puzzle / global batch."""
-    meta = train_split.metadata
-    return int(config.epochs * meta.total_groups * meta.mean_puzzle_examples / config.global_batch_size)
-
-
-def check_some_steps(config: PretrainConfig, train_split, total_steps: int) -> None:
-    """A run whose estimate rounds down to 0 steps (epochs=1 on a small build) would train nothing,
-    save a step_0 checkpoint and report itself as 'already finished': refuse it, with the sum. So
-    would one whose evaluation interval draws less than a batch: the reader drops each iteration's
-    incomplete last batch, here its only one (epochs=4 eval_interval=1 with a batch above an epoch)."""
-    meta = train_split.metadata
-    per_epoch = meta.total_groups * meta.mean_puzzle_examples / config.global_batch_size
-    if total_steps < 1:
-        raise ValueError(f"the run would train 0 steps: its length is estimated as epochs={config.epochs} x "
-                         f"{meta.total_groups} puzzle groups x {meta.mean_puzzle_examples:g} mean examples per "
-                         f"puzzle / global_batch_size={config.global_batch_size} = {config.epochs * per_epoch:.3g}, "
-                         f"rounded down; raise epochs (or lower global_batch_size)")
-    if int(config.epochs_per_iteration * per_epoch) < 1:
-        raise ValueError(f"the run would train 0 steps: each evaluation interval (eval_interval="
-                         f"{config.eval_interval} epochs) draws about {config.epochs_per_iteration} x "
-                         f"{meta.total_groups} puzzle groups x {meta.mean_puzzle_examples:g} mean examples per "
-                         f"puzzle = {config.epochs_per_iteration * per_epoch * config.global_batch_size:.3g} examples, "
-                         f"less than one global_batch_size={config.global_batch_size}, and an interval's incomplete "
-                         f"last batch is dropped; raise eval_interval (or lower global_batch_size)")
-
-
-def check_splits_agree(train_split, test_split) -> None:
-    """The model is sized by the train split's dataset.json and evaluated on the test split: a test
-    split from another build (a larger identifier table, another seq_len) would fail only at the
-    first evaluation, in the model, after a whole evaluation interval of training."""
-    fields = ("seq_len", "vocab_size", "num_puzzle_identifiers", "pad_id", "ignore_label_id")
-    differ = [f"{key} {getattr(test_split.metadata, key)!r} (train: {getattr(train_split.metadata, key)!r})"
-              for key in fields if getattr(test_split.metadata, key) != getattr(train_split.metadata, key)]
-    if differ:
-        raise DatasetError(f"{test_split.directory / 'dataset.json'}: {', '.join(differ)}: the test split does "
-                           f"not belong to the same build as {train_split.directory}; rebuild the data")
-
-
-def build_fingerprint(identity: dict, train_split, test_split) -> dict:
-    """What every rank must agree on about the build it read: its identity (build_identity) and the
-    sizes and metadata of both splits (a build without manifest.json has no digest to tell)."""
-    return {**identity, **{split.directory.name: (split.num_groups, split.num_puzzles, split.num_examples,
-                                                  split.metadata.model_dump())
-                           for split in (train_split, test_split)}}
-
-
-def check_one_build(fingerprint: dict, data_path: str, info: DistInfo) -> None:
-    """Collective. Each rank reads data_path on its own machine, and the reader's global batch is
-    computed by every rank from its own copy: a node with a stale or other copy (another --seed:
-    same sizes, other puzzles) would silently train other rows, and its puzzle-embedding rows under
-    identifiers that name other puzzles there (or, with other sizes, hang in the first broadcast).
-    Every rank gathers every rank's fingerprint and raises the same refusal."""
-    fingerprints = gather_objects(fingerprint, info)
-    others = [rank for rank, theirs in enumerate(fingerprints) if theirs != fingerprints[0]]
-    if others:
-        raise RefusedOnEveryRank(f"data_path={data_path}: {rank_span(others)} read another build than rank 0 "
-                                 f"(identifiers.json, manifest digest or split sizes differ); with several nodes, "
-                                 f"every node needs the same build at that path")
-
-
-_sweep_stamp: str | None = None   # the time stamp shared by a sweep's default run names (see run_names)
-sweep_started: datetime | None = None   # the sweep's start as its record's folder names it (pretrain.py)
-
-
-def default_stamp(info: DistInfo, sweep: bool) -> str:
-    """The time stamp of a default run name: now, by rank 0's clock. A sweep's jobs (one process
-    runs them one after the other) share one, so that one sweep's runs sort together and read as one
-    experiment (`hrm_v1-20261130-101500-lr=0.001`, `...-lr=0.003`): the time in the name of the
-    sweep's record, `checkpoints/multirun/2026-11-30_10-15-00/`, when rank 0 knows it
-    (`sweep_started`), so the two are found from each other; else the first job's start."""
-    global _sweep_stamp
-    if sweep and _sweep_stamp is not None:
-        return _sweep_stamp
-    when = sweep_started if sweep and sweep_started is not None else datetime.now()
-    stamp = broadcast_object(f"{when:%Y%m%d-%H%M%S}", info)
-    if sweep:
-        _sweep_stamp = stamp
-    return stamp
-
-
-def run_names(config: PretrainConfig, info: DistInfo, tag: str = "") -> tuple[str, str, Path]:
-    """(project, run, run folder). The default run name is `<arch>-<time stamp>` (rank 0's clock).
-    `tag` tells apart the runs of one sweep (pretrain.py's multirun: the swept values): it ends the
-    run name (`<run>-<tag>`), and a given checkpoint_path gets it as a subfolder."""
-    run = config.run_name or f"{config.arch.name}-{default_stamp(info, sweep=bool(tag))}"
-    return (project_of(config.project_name, config.data_path), run + (f"-{tag}" if tag else ""),
-            run_folder(config.project_name, run, config.checkpoint_path, config.data_path, tag))
-
-
-def continues_its_run(run_name: str | None, run_dir: Path, checkpoint: Path) -> bool:
-    """Whether a start that resumes `checkpoint` and writes to `run_dir` continues that run under
-    the name (and project) it started with: no run_name given, and the checkpoint is in the folder
-    it writes to (resume=<its folder>, or checkpoint_path= that folder). W&B then continues the
-    same run. Trainer._resume and hrm.resume_settings decide it here alike."""
-    return not run_name and Path(checkpoint).parent.resolve() == Path(run_dir).resolve()
-
-
-# May differ on resume: the compute dtype follows the device (a CPU run continued on GPUs), the
-# name is a label.
-RESUMABLE_ARCH_CHANGES = {"name", "forward_dtype"}
-
-
-def same_scaling(saved_arch: dict, arch: ArchConfig) -> bool:
-    """Whether two scaling settings give the same model: the same rule, alpha, beta, eps per module."""
-    try:
-        return derive_scaling(ArchConfig(**saved_arch)) == derive_scaling(arch)
-    except (ValueError, TypeError):   # a saved arch this version no longer reads: not the same
-        return False
-
-
-def check_same_arch(saved_config: dict, config: PretrainConfig, checkpoint: Path) -> None:
-    """Resuming with another architecture or scaling would load the weights into a different model
-    (same shapes, other alpha, cycles, ...) and mix two models in one run's log: refuse, naming
-    every field that differs."""
-    from hrm.resume_settings import flat_settings
-    saved = flat_settings(saved_config.get("arch", {}), "arch.")
-    now = flat_settings(config.arch.model_dump(mode="json", by_alias=True), "arch.")
-    changed = sorted(k for k in saved.keys() | now.keys()
-                     if k.removeprefix("arch.") not in RESUMABLE_ARCH_CHANGES and saved.get(k) != now.get(k))
-    if changed and all(k.startswith("arch.scaling.") for k in changed) and \
-            same_scaling(saved_config["arch"], config.arch):
-        changed = []   # written otherwise, the same constants: deeploop with p=0.5 spelled out, say
-    if changed:
-        shown = ", ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {now.get(k)!r} now" for k in changed)
-        # pretrain.py takes what the command line does not give from the checkpoint; a preset named
-        # there (`arch=hrm_tiny`, as in the command that started a sweep) gives all of its arch
-        raise ValueError(f"resume={checkpoint}: the run was trained with another architecture ({shown}); "
-                         f"resume with the checkpoint's settings (its all_config.yaml): leave arch=<preset> and "
-                         f"arch.* off the command line, which then takes them from the checkpoint; or start a "
-                         f"new run")
-
-
-def check_same_data(saved_config: dict, saved_data: dict | None, config: PretrainConfig, data: dict,
-                    checkpoint: Path) -> None:
-    """The saved data-reader position means something only for the same build and the same batch
-    order (seed, global batch, epochs per iteration); and the puzzle-embedding rows belong to the
-    puzzles of the build they were trained on. Refuse another, naming the settings as configured.
-    `saved_data`: the build identity saved with the checkpoint (None before it was saved)."""
-    def per_iteration(c: dict) -> int:
-        return c.get("eval_interval") or c.get("epochs")
-    changed = [f"{key}: {saved_config.get(key)!r} in the checkpoint, {getattr(config, key)!r} now"
-               for key in ("seed", "global_batch_size") if saved_config.get(key) != getattr(config, key)]
-    if per_iteration(saved_config) != config.epochs_per_iteration:
-        changed.append(f"eval_interval (epochs between evaluations; `epochs` when null): "
-                       f"{per_iteration(saved_config)!r} in the checkpoint, {config.epochs_per_iteration!r} now")
-    if changed:
-        raise ValueError(f"resume={checkpoint}: these settings fix the order of the training batches, and the "
-                         f"run's position in it: {'; '.join(changed)}. Resume with the checkpoint's values "
-                         f"(its all_config.yaml), or start a new run")
-    if saved_data is None:
-        return
-    trained_on = saved_config.get("data_path")
-    if saved_data["identifiers_sha256"] != data["identifiers_sha256"]:
-        raise ValueError(f"resume={checkpoint}: data_path={config.data_path} is not the build the run was trained "
-                         f"on ({trained_on}): its puzzle names differ (identifiers.json sha256 "
-                         f"{data['identifiers_sha256'][:12]}..., the run's {saved_data['identifiers_sha256'][:12]}...), "
-                         f"so every puzzle-embedding row would belong to another puzzle. Resume with that build "
-                         f"(a build with another --seed or --listing-order has the same sizes but other names)")
-    if saved_data["digest"] and data["digest"] and saved_data["digest"] != data["digest"]:
-        raise ValueError(f"resume={checkpoint}: data_path={config.data_path} is not the build the run was trained "
-                         f"on ({trained_on}): same puzzles, other contents (build digest {data['digest'][:12]}..., "
-                         f"the run's {saved_data['digest'][:12]}...; see each manifest.json). Resume with that "
-                         f"build, or start a new run")
 
 
 @dataclass

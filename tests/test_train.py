@@ -23,7 +23,9 @@ import torch
 from conftest import MICRO_ARCH, ROOT, read_only, together
 from hrm.distributed import DistInfo
 from hrm.pretrain_config import PretrainConfig
-from hrm.train import Trainer, TrainingDiverged, TrainingStopped, lr_at
+from hrm.schedule import lr_at
+from hrm.sigterm import TrainingStopped
+from hrm.train import Trainer, TrainingDiverged
 
 CPU = DistInfo(0, 1, 0, torch.device("cpu"))
 
@@ -396,10 +398,10 @@ def test_a_run_folder_that_cannot_be_written_is_refused_at_start_up(tiny_build, 
 def test_a_run_resumed_without_run_name_keeps_the_name_it_started_with(tiny_build, tmp_path, monkeypatch):
     """checkpoint_path= without run_name names a run `<arch>-<start time>`, its W&B id: a requeued
     job resuming it keeps that name (one W&B run, not one per requeue); a branch gets its own."""
-    import hrm.train
+    import hrm.run_naming
     first = Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1), CPU, progress=False)
     first.fit()
-    monkeypatch.setattr(hrm.train, "default_stamp", lambda info, sweep: "20990101-000000")
+    monkeypatch.setattr(hrm.run_naming, "default_stamp", lambda info, sweep: "20990101-000000")
     for resume in ("latest", str(tmp_path / "run")):
         resumed = Trainer(micro_config(tiny_build, tmp_path / "run", max_steps=1, resume=resume), CPU,
                           progress=False)
@@ -1032,7 +1034,7 @@ def test_a_sigterm_repeated_at_once_counts_once_and_a_later_one_kills(tmp_path):
     script = tmp_path / "twice.py"
     script.write_text(
         "import os, signal, sys, time\n"
-        "from hrm.train import StopOnSigterm\n"
+        "from hrm.sigterm import StopOnSigterm\n"
         "with StopOnSigterm() as stop:\n"
         "    stop.REPEAT_WINDOW_S = float(sys.argv[1])\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -1466,7 +1468,7 @@ def test_ranks_that_read_other_builds_are_refused_before_anything_is_written(sma
     batch positions over other rows and train other puzzles' embedding rows under the same
     identifiers, silently. Every rank refuses, naming the ranks that differ from rank 0, and the run
     folder is left as it was (none)."""
-    import hrm.train as train
+    import hrm.run_checks as run_checks
     from hrm.distributed import RefusedOnEveryRank
     gathered = []
 
@@ -1474,7 +1476,7 @@ def test_ranks_that_read_other_builds_are_refused_before_anything_is_written(sma
         gathered.append(fingerprint)
         other = dict(fingerprint, **{differs: "0" * 64 if differs == "identifiers_sha256" else (1, 2, 3, {})})
         return [fingerprint, other]
-    monkeypatch.setattr(train, "gather_objects", two_ranks, raising=False)
+    monkeypatch.setattr(run_checks, "gather_objects", two_ranks, raising=False)
     run = tmp_path / "run"
     with pytest.raises(RefusedOnEveryRank) as raised:
         Trainer(micro_config(small_build, run), CPU, progress=False)
@@ -2708,13 +2710,13 @@ def test_wandb_that_cannot_start_offline_is_refused_on_every_rank(small_build, t
 
 
 def test_run_names_of_a_sweep_job(small_build, tmp_path):
-    from hrm.train import run_names
+    from hrm.run_naming import run_names
     cfg = micro_config(small_build, tmp_path / "fixed")
     _, name, folder = run_names(cfg, CPU, "lr=0.001")     # default name: <arch>-<time>-<tag>
     assert name.startswith("micro-") and name.endswith("-lr=0.001") and folder == tmp_path / "fixed" / "lr=0.001"
     # the sweep's later jobs keep the first job's time stamp, however long the first one trained
     later = micro_config(small_build, None, checkpoint_path=None)
-    with mock.patch("hrm.train.datetime") as clock:
+    with mock.patch("hrm.run_naming.datetime") as clock:
         clock.now.return_value = datetime(2031, 1, 2, 3, 4, 5)
         assert run_names(later, CPU, "lr=0.003")[1] == name.replace("lr=0.001", "lr=0.003")
         assert run_names(later, CPU)[1] == "micro-20310102-030405"    # a single run: its own time
