@@ -14,11 +14,14 @@ import numpy as np
 import pytest
 
 from evaluate.png import decode_png, read_png
-from scripts import p_sweep
-from scripts.p_sweep import CSV_COLUMNS, Cell, command_signature, make_grid, parse_loops
+from scripts import p_sweep, sweep_cells, sweep_grid, sweep_report
+from scripts.experiment_tools import remove_unless_training
 from scripts.run_status import unigram_floor
+from scripts.sweep_cells import command_signature
+from scripts.sweep_grid import Cell, make_grid, parse_loops
 from scripts.sweep_plot import (HEADER, FOOTER, PANEL_H, PANEL_W, SEED_COLOURS, figure6_png, legend_groups,
                                 legend_height, place_legend)
+from scripts.sweep_report import CSV_COLUMNS
 
 # a micro model (as tests/conftest.py's MICRO_ARCH) so a run costs seconds
 MICRO = ["arch.hidden_size=16", "arch.num_heads=1", "arch.puzzle_emb_ndim=16", "arch.expansion=2",
@@ -57,7 +60,8 @@ def test_an_arch_of_your_own_that_inherits_its_cycles_gets_them_from_its_default
         "defaults:\n  - hrm_tiny\n  - _self_\nname: mine\nL_cycles: 3\n")
     (tmp_path / "configs" / "arch" / "broken.yaml").write_text("defaults:\n  - no_such_preset\n")
     monkeypatch.setattr(p_sweep, "REPO", tmp_path)
-    assert p_sweep.arch_cycles("mine") == (2, 3)
+    monkeypatch.setattr(sweep_cells, "REPO", tmp_path)
+    assert sweep_cells.arch_cycles("mine") == (2, 3)
     args = p_sweep.parse_args(["--arch", "mine"])
     assert args.loop_pairs == [(2, 3)]
     assert p_sweep.parse_args(["--arch", "mine", "--loops", "4"]).loop_pairs == [(2, 4)]
@@ -86,15 +90,15 @@ def test_run_logged_passes_extra_variables_to_the_child(tmp_path):
 
 def test_each_cell_trains_with_its_own_p_seed_lr_and_loops(tmp_path):
     args = p_sweep.parse_args(["--steps", "50", "--set", "arch.hidden_size=32"])
-    cmd = p_sweep.train_command(Cell(0.35, 2, 3e-3, 3, 4), args, tmp_path / "build", tmp_path / "run")
+    cmd = sweep_cells.train_command(Cell(0.35, 2, 3e-3, 3, 4), args, tmp_path / "build", tmp_path / "run")
     for expected in ("arch=hrm_tiny", "arch.scaling.rule=custom", "arch.scaling.p=0.35", "seed=2", "lr=0.003",
                      "arch.H_cycles=3", "arch.L_cycles=4", "max_steps=50", "arch.hidden_size=32",
                      f"checkpoint_path={tmp_path / 'run'}"):
         assert expected in cmd, expected
     # the signature that decides "same run" ignores where the build and the run folder live
-    elsewhere = p_sweep.train_command(Cell(0.35, 2, 3e-3, 3, 4), args, Path("/x/build"), Path("/x/run"))
+    elsewhere = sweep_cells.train_command(Cell(0.35, 2, 3e-3, 3, 4), args, Path("/x/build"), Path("/x/run"))
     assert command_signature(cmd) == command_signature(elsewhere)
-    other = p_sweep.train_command(Cell(0.4, 2, 3e-3, 3, 4), args, tmp_path / "build", tmp_path / "run")
+    other = sweep_cells.train_command(Cell(0.4, 2, 3e-3, 3, 4), args, tmp_path / "build", tmp_path / "run")
     assert command_signature(cmd) != command_signature(other)
 
 
@@ -105,12 +109,12 @@ def test_a_work_folder_with_an_accent_parentheses_or_a_comma_gets_configs_pretra
     args = p_sweep.parse_args(["--p", "0.4", "--seeds", "0", "--steps", "10"])
     work, build = tmp_path / "josé (copy), it's", tmp_path / "b,ü"
     build.symlink_to(tiny_build)
-    cells = p_sweep.make_grid(args.p, args.seeds, args.lr, args.loop_pairs)
-    config = p_sweep.cell_configs(cells, args, build, work)[cells[0]]
+    cells = sweep_grid.make_grid(args.p, args.seeds, args.lr, args.loop_pairs)
+    config = sweep_cells.cell_configs(cells, args, build, work)[cells[0]]
     assert not isinstance(config, str), config
     assert (config.checkpoint_path, config.data_path) == (str(work / cells[0].folder / "run"), str(build))
     # a plain path keeps its bare form (the commands OUT.md and the cell records show)
-    assert f"data_path={tmp_path / 'build'}" in p_sweep.train_command(cells[0], args, tmp_path / "build", work)
+    assert f"data_path={tmp_path / 'build'}" in sweep_cells.train_command(cells[0], args, tmp_path / "build", work)
 
 
 def _fake_cell(work: Path, cell: Cell, args, build: Path, digest: str, exit_code: int, losses: list[float]):
@@ -119,7 +123,7 @@ def _fake_cell(work: Path, cell: Cell, args, build: Path, digest: str, exit_code
     lines = [{"step": 0, "scaling/L/alpha": 2.0, "scaling/L/beta": 0.5}]
     lines += [{"step": i + 1, "train/lm_loss": x if math.isfinite(x) else str(x)} for i, x in enumerate(losses)]
     (run_dir / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    signature = command_signature(p_sweep.train_command(cell, args, build, run_dir))
+    signature = command_signature(sweep_cells.train_command(cell, args, build, run_dir))
     (work / cell.folder / "cell.json").write_text(json.dumps(
         {"signature": signature, "digest": digest, "exit_code": exit_code, "seconds": 1.0}))
 
@@ -134,11 +138,11 @@ def test_resume_keeps_results_and_reruns_errors_and_changed_cells(tmp_path):
     _fake_cell(work, crashed, args, build, digest, 1, [2.0] * 5)
     _fake_cell(work, other_build, args, build, "e" * 64, 0, [1.0] * 30)
     cells = [trained, stuck, diverged, crashed, absent, other_build]
-    records, todo = p_sweep.split_finished(cells, args, build, digest, work, floor=1.5)
+    records, todo = sweep_cells.split_finished(cells, args, build, digest, work, floor=1.5)
     assert set(records) == {trained, stuck, diverged}
     assert todo == [crashed, absent, other_build]
     changed = p_sweep.parse_args(["--steps", "31"])   # another command: nothing is reused
-    records, todo = p_sweep.split_finished(cells, changed, build, digest, work, floor=1.5)
+    records, todo = sweep_cells.split_finished(cells, changed, build, digest, work, floor=1.5)
     assert not records and todo == cells
 
 
@@ -154,9 +158,9 @@ def test_a_cell_killed_while_saving_a_step_again_is_continued_not_wiped(tmp_path
         (run / name).mkdir(parents=True)
         (run / name / "trainer.pt").write_bytes(b"")
     (run / "latest").write_text("step_4")
-    assert p_sweep.interrupted_run(cell, "s", "d")
+    assert sweep_cells.interrupted_run(cell, "s", "d")
     (run / ".step_4.old").rename(run / ".step_4.cut")    # a save cut short: nothing to continue
-    assert not p_sweep.interrupted_run(cell, "s", "d")
+    assert not sweep_cells.interrupted_run(cell, "s", "d")
 
 
 def test_figure6_png_has_one_panel_per_lr_and_loops(tmp_path):
@@ -242,7 +246,7 @@ def test_a_rerun_continues_a_cell_stopped_by_sigterm(tiny_build, tmp_path, monke
                 time.sleep(0.02)
             child.send_signal(signal.SIGTERM)
             return child.wait(), 1000.0
-    monkeypatch.setattr(p_sweep, "run_logged", stopped_after_a_few_steps)
+    monkeypatch.setattr(sweep_cells, "run_logged", stopped_after_a_few_steps)
     assert p_sweep.main(argv) == 1                       # a cell not finished: not a result yet
     assert "stopped by SIGTERM: the same p_sweep.py command continues it" in capsys.readouterr().out
     cell = tmp_path / "work" / "lr0.001_loops2x2" / "p0.500_seed0"
@@ -251,7 +255,7 @@ def test_a_rerun_continues_a_cell_stopped_by_sigterm(tiny_build, tmp_path, monke
     assert 3 <= stopped_at < 8, "SIGTERM came too late to test the rerun"
 
     children = []
-    monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: children.append(cmd) or run_logged(cmd, log, **kw))
+    monkeypatch.setattr(sweep_cells, "run_logged", lambda cmd, log, **kw: children.append(cmd) or run_logged(cmd, log, **kw))
     capsys.readouterr()
     assert p_sweep.main(argv) == 0
     assert f"continuing its interrupted run from step_{stopped_at}" in capsys.readouterr().out
@@ -267,7 +271,7 @@ def test_a_rerun_continues_a_cell_stopped_by_sigterm(tiny_build, tmp_path, monke
 def test_a_rerun_keeps_the_commands_that_trained_the_cells(small_build, tmp_path, monkeypatch):
     """OUT.md names the p_sweep.py commands that trained its cells: a rerun that only reclassifies
     (another --window) adds its own line, and one that trains a new cell lists both with counts."""
-    monkeypatch.setattr(p_sweep, "run_logged", fake_training([]))
+    monkeypatch.setattr(sweep_cells, "run_logged", fake_training([]))
     monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
     out = tmp_path / "sweep"
     base = ["--data", str(small_build), "--seeds", "0", "--steps", "3", "--gpus", "none",
@@ -311,11 +315,11 @@ def test_distinct_cells_get_distinct_folders_and_commands(tmp_path):
                  (Cell(0.4, 0, 1e-3, 2, 2), Cell(0.4, 0, 1.0000001e-3, 2, 2))):
         assert a.folder != b.folder
         run = tmp_path / "run"
-        assert command_signature(p_sweep.train_command(a, args, tmp_path, run)) != \
-            command_signature(p_sweep.train_command(b, args, tmp_path, run))
-    assert "arch.scaling.p=0.3" in p_sweep.train_command(Cell(0.3, 0, 1e-3, 2, 2), args, tmp_path, tmp_path)
-    assert p_sweep.folder_clash(make_grid([0.4, 0.4004, 1.234567, 1.234568], [0, 1], [1e-3, 1.0000001e-3],
-                                          [(2, 2)])) is None
+        assert command_signature(sweep_cells.train_command(a, args, tmp_path, run)) != \
+            command_signature(sweep_cells.train_command(b, args, tmp_path, run))
+    assert "arch.scaling.p=0.3" in sweep_cells.train_command(Cell(0.3, 0, 1e-3, 2, 2), args, tmp_path, tmp_path)
+    assert sweep_grid.folder_clash(make_grid([0.4, 0.4004, 1.234567, 1.234568], [0, 1], [1e-3, 1.0000001e-3],
+                                             [(2, 2)])) is None
 
 
 def test_non_finite_p_and_bad_lr_are_refused():
@@ -497,7 +501,7 @@ def test_a_cell_that_fails_shows_why(small_build, tmp_path, monkeypatch, capsys)
     fail = [p_sweep.PYTHON, "-c",
             "import sys; print('loading'); print('pretrain.py: error: no room', file=sys.stderr); sys.exit(1)"]
     monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
-    monkeypatch.setattr(p_sweep, "train_command", lambda *a: fail)
+    monkeypatch.setattr(sweep_cells, "train_command", lambda *a: fail)
     argv = ["--data", str(small_build), "--p", "0.4", "--seeds", "0", "--steps", "3", "--gpus", "none",
             "--work", str(tmp_path / "work"), "--out", str(tmp_path / "sweep")]
     assert p_sweep.main(argv) == 1
@@ -510,12 +514,12 @@ def test_failure_reason_is_the_last_lines_trimmed(tmp_path):
     log = tmp_path / "train.log"
     log.write_text("$ python pretrain.py ...\n\nTraceback (most recent call last):\n  File x\n"
                    + "ValueError: " + "v" * 300 + "\n\n")
-    reason = p_sweep.failure_reason(log)
+    reason = sweep_cells.failure_reason(log)
     assert reason[:2] == ["Traceback (most recent call last):", "  File x"]
     assert reason[2].startswith("ValueError: vvv") and reason[2].endswith("...") and len(reason[2]) == 200
     log.write_text("$ python pretrain.py ...\n")
-    assert p_sweep.failure_reason(log) == []
-    assert p_sweep.failure_reason(tmp_path / "absent.log") == ["(no train.log)"]
+    assert sweep_cells.failure_reason(log) == []
+    assert sweep_cells.failure_reason(tmp_path / "absent.log") == ["(no train.log)"]
 
 
 def test_a_cell_another_sweep_is_training_stops_the_sweep_before_its_next_cells(small_build, tmp_path,
@@ -524,7 +528,7 @@ def test_a_cell_another_sweep_is_training_stops_the_sweep_before_its_next_cells(
     on to train the cells queued after it (it would race the first sweep for those too)."""
     from hrm.run_lock import RunLock
     trained = []
-    monkeypatch.setattr(p_sweep, "run_logged", fake_training(trained))
+    monkeypatch.setattr(sweep_cells, "run_logged", fake_training(trained))
     monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
     work = tmp_path / "work"
     held_run = work / "lr0.001_loops2x2" / "p0.400_seed0" / "run"
@@ -548,10 +552,10 @@ def test_a_cell_another_process_is_training_is_not_wiped(tmp_path):
     (cell_dir / "train.log").write_text("step 3 of the other sweep's run\n")
     held = RunLock.acquire(cell_dir / "run")
     with pytest.raises(p_sweep.ExperimentError, match=f"{cell_dir} is being trained by pid {os.getpid()} on "):
-        p_sweep.remove_unless_training(cell_dir, cell_dir / "run", "another sweep")
+        remove_unless_training(cell_dir, cell_dir / "run", "another sweep")
     assert (cell_dir / "train.log").is_file()
     held.release()
-    p_sweep.remove_unless_training(cell_dir, cell_dir / "run", "another sweep")
+    remove_unless_training(cell_dir, cell_dir / "run", "another sweep")
     assert not cell_dir.exists()
 
 
@@ -560,10 +564,10 @@ def test_a_damaged_cell_record_is_named(tmp_path):
     named, with the way to train the cell again, not a JSONDecodeError without a file."""
     (tmp_path / "cell.json").write_text('{"signature": "x", ')
     with pytest.raises(ValueError, match=f"{tmp_path / 'cell.json'}: not a record of p_sweep.py .*remove it"):
-        p_sweep.finished_record(tmp_path, "x", "d")
+        sweep_cells.finished_record(tmp_path, "x", "d")
     (tmp_path / "cell.json").write_text('["x"]')
     with pytest.raises(ValueError, match="not a record of p_sweep.py"):
-        p_sweep.finished_record(tmp_path, "x", "d")
+        sweep_cells.finished_record(tmp_path, "x", "d")
 
 
 @pytest.mark.parametrize("reaches", ["sweep and child", "child only"])
@@ -583,7 +587,7 @@ def test_ctrl_c_stops_the_sweep_before_its_queued_cells(small_build, tmp_path, m
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             time.sleep(0.5)     # the child takes a moment to exit; the sweep hears it at once
         return 130, 0.0
-    monkeypatch.setattr(p_sweep, "run_logged", interrupted)
+    monkeypatch.setattr(sweep_cells, "run_logged", interrupted)
     monkeypatch.setattr(p_sweep, "config_problems", lambda *a: None)
     argv = ["--data", str(small_build), "--seeds", "0", "--steps", "3", "--gpus", "none", "--jobs", "1",
             "--p", "0.4", "0.5", "0.6", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "sweep")]
@@ -613,7 +617,7 @@ def test_results_of_another_command_or_build_are_not_deleted_without_asking(smal
     _fake_cell(work, crashed, before, small_build.resolve(), digest, 1, [2.0] * 5)
     _fake_cell(work, other_build, before, small_build.resolve(), "e" * 64, 3, [2.0] * 5)
     started = []
-    monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
+    monkeypatch.setattr(sweep_cells, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
     assert p_sweep.main([*base, "--steps", "31", "--p", "0.4", "0.5", "0.6"]) == 2
     err = capsys.readouterr().err
     assert (f"2 cell(s) in {work.resolve()} hold the result of another command, build or config, which this sweep "
@@ -634,8 +638,8 @@ def test_summary_takes_alpha_and_beta_from_a_seed_that_logged_them(tmp_path):
     row = dict(p=0.5, lr=1e-3, loops="2x2", final_loss=1.0, min_loss=1.0, steps=30, eval_lm_loss=1.0, seconds=1.0)
     rows = [{**row, "seed": 0, "status": "error", "alpha": math.nan, "beta": math.nan},
             {**row, "seed": 1, "status": "trained", "alpha": 4.899, "beta": 0.1021}]
-    md = p_sweep.summary_markdown(rows, commands=[], build_line="Build: x", floor=1.5, args=args,
-                                  png=tmp_path / "x.png", seconds=1.0)
+    md = sweep_report.summary_markdown(rows, commands=[], build_line="Build: x", floor=1.5, args=args,
+                                       png=tmp_path / "x.png", seconds=1.0)
     assert "| 0.001 | 2x2 | 0.5 | 4.899 | 0.1021 | 1 | 0 | 0 | 1 | 1.0000 (1.000) |" in md, md
 
 
@@ -661,13 +665,13 @@ def test_a_finished_cell_the_same_command_now_resolves_otherwise_is_a_changed_re
             "--jobs", "1", "--work", str(work), "--out", str(tmp_path / "sweep"), "--set", "arch.hidden_size=32"]
     args = p_sweep.parse_args(argv)
     old, new = make_grid([0.4, 0.5], [0], [1e-3], args.loop_pairs)
-    configs = p_sweep.cell_configs([old, new], args, build, work)
+    configs = sweep_cells.cell_configs([old, new], args, build, work)
     for cell, ndim in ((old, 64), (new, 32)):
         _fake_cell(work, cell, args, build, digest, 0, [1.0] * 30)
         _saved_config(work, cell, configs[cell], puzzle_emb_ndim=ndim)
-    assert p_sweep.split_finished([old, new], args, build, digest, work, 1.5, configs)[1] == [old]
+    assert sweep_cells.split_finished([old, new], args, build, digest, work, 1.5, configs)[1] == [old]
     started = []
-    monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
+    monkeypatch.setattr(sweep_cells, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
     assert p_sweep.main(argv) == 2
     err = capsys.readouterr().err
     assert (f"1 cell(s) in {work} hold the result of another command, build or config, which this sweep would "
@@ -687,18 +691,18 @@ def test_an_interrupted_cell_of_another_config_is_trained_again_not_continued(sm
     digest, build, work = read_manifest(small_build)["digest"], small_build.resolve(), tmp_path / "work"
     args = p_sweep.parse_args(["--steps", "30", "--set", "arch.hidden_size=32"])
     cell = Cell(0.5, 0, 1e-3, 2, 2)
-    config = p_sweep.cell_configs([cell], args, build, work)[cell]
+    config = sweep_cells.cell_configs([cell], args, build, work)[cell]
     run_dir = work / cell.folder / "run"
     (run_dir / "step_4").mkdir(parents=True)
     (run_dir / "latest").write_text("step_4")
-    signature = command_signature(p_sweep.train_command(cell, args, build, run_dir))
+    signature = command_signature(sweep_cells.train_command(cell, args, build, run_dir))
     (work / cell.folder / "started.json").write_text(json.dumps({"signature": signature, "digest": digest}))
     started = []
-    monkeypatch.setattr(p_sweep, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
-    monkeypatch.setattr(p_sweep, "check_build", lambda *a: None)
+    monkeypatch.setattr(sweep_cells, "run_logged", lambda cmd, log, **kw: started.append(cmd) or (0, 0.0))
+    monkeypatch.setattr(sweep_cells, "check_build", lambda *a: None)
     for ndim, resumed in ((32, True), (64, False)):
         _saved_config(work, cell, config, puzzle_emb_ndim=ndim)
-        assert p_sweep.run_cell(cell, args, build, digest, work, config=config)["resumed"] is resumed
+        assert sweep_cells.run_cell(cell, args, build, digest, work, config=config)["resumed"] is resumed
         assert (started.pop()[-1] == "resume=latest") is resumed
         if not resumed:
             said = capsys.readouterr().out
@@ -719,6 +723,6 @@ def test_summary_lists_loops_by_their_numbers_not_their_text(tmp_path):
     row = dict(p=0.5, lr=1e-3, seed=0, status="trained", final_loss=1.0, min_loss=1.0, steps=30, eval_lm_loss=1.0,
                seconds=1.0, alpha=2.0, beta=0.2)
     rows = [{**row, "loops": "2x10"}, {**row, "loops": "2x4"}]
-    md = p_sweep.summary_markdown(rows, commands=[], build_line="Build: x", floor=1.5, args=args,
-                                  png=tmp_path / "x.png", seconds=1.0)
+    md = sweep_report.summary_markdown(rows, commands=[], build_line="Build: x", floor=1.5, args=args,
+                                       png=tmp_path / "x.png", seconds=1.0)
     assert md.index("| 0.001 | 2x4 | 0.5 |") < md.index("| 0.001 | 2x10 | 0.5 |"), md
