@@ -95,7 +95,7 @@ def parse_args(argv: list[str]) -> dict:
 
 def default_batch_size(device: str) -> int:
     """batch_size when none is given: the published evaluation batch on CUDA, a small one on CPU.
-    (scripts/compare.py asks it too, to tell whether training evaluated as this script would.)"""
+    (scripts/compare_arms.py asks it too, to tell whether training evaluated as this script would.)"""
     return 768 if uses_cuda(device) else 32
 
 

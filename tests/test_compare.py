@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts import compare
+from scripts import compare, compare_arms, compare_recipes, compare_table
 from scripts.experiment_tools import ExperimentError, check_build, run_logged, step_failed
 
 MICRO = ["arch.hidden_size=16", "arch.num_heads=1", "arch.puzzle_emb_ndim=16", "arch.expansion=2",
@@ -21,7 +21,7 @@ MICRO = ["arch.hidden_size=16", "arch.num_heads=1", "arch.puzzle_emb_ndim=16", "
 
 
 def test_cpu_arms_differ_only_in_the_scaling():
-    recipe = compare.cpu_recipe(compare.parse_args(["--preset", "cpu"]))
+    recipe = compare_recipes.cpu_recipe(compare.parse_args(["--preset", "cpu"]))
     base, deep = (recipe.train_cmd(arm) for arm in recipe.arms)
     only_base = [c for c in base if c not in deep]
     only_deep = [c for c in deep if c not in base]
@@ -45,12 +45,12 @@ def test_report_with_no_runs_says_so_before_looking_for_the_build(tmp_path, caps
 def test_report_on_a_run_file_it_cannot_read_names_the_file(tmp_path, monkeypatch, capsys):
     """--report on a colleague's runs: a record this user may not read is one line naming it, not a
     traceback."""
-    recipe = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--report", "--work", str(tmp_path)]))
+    recipe = compare_recipes.paper_recipe(compare.parse_args(["--preset", "paper", "--report", "--work", str(tmp_path)]))
     for arm in recipe.arms:
         recipe.run_dir(arm).mkdir(parents=True)
         (recipe.run_dir(arm) / "vote.json").write_text(json.dumps({"pass_at_k": {}}))
-        (recipe.run_dir(arm) / compare.COMMAND_RECORD).write_text("torchrun pretrain.py\n")
-    record = recipe.run_dir(recipe.arms[0]) / compare.COMMAND_RECORD
+        (recipe.run_dir(arm) / compare_recipes.COMMAND_RECORD).write_text("torchrun pretrain.py\n")
+    record = recipe.run_dir(recipe.arms[0]) / compare_recipes.COMMAND_RECORD
     real_read_text = Path.read_text
 
     def read_text(path, *args, **kwargs):
@@ -107,7 +107,7 @@ def test_paper_recipe_prints_the_8_gpu_commands(capsys):
     assert compare.main(["--preset", "paper"]) == 0
     script = capsys.readouterr().out
     lines = script.splitlines()
-    train = [i for i, line in enumerate(lines) if " pretrain.py " in line and compare.COMMAND_RECORD not in line]
+    train = [i for i, line in enumerate(lines) if " pretrain.py " in line and compare_recipes.COMMAND_RECORD not in line]
     assert len(train) == 2
     assert "arch=hrm_v1" in lines[train[0]] and "arch=hrm_deeploop" in lines[train[1]]
     for i in train:
@@ -123,9 +123,9 @@ def test_paper_recipe_prints_the_8_gpu_commands(capsys):
 
 def test_paper_table_notes_say_what_the_recipe_changed():
     """The table's note gives the published defaults; a recipe shortened for a check says so."""
-    published = compare.paper_recipe(compare.parse_args(["--preset", "paper"])).notes
+    published = compare_recipes.paper_recipe(compare.parse_args(["--preset", "paper"])).notes
     assert len(published) == 1 and published[0].startswith("Published training defaults")
-    short = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--steps", "4", "--lr", "0.001",
+    short = compare_recipes.paper_recipe(compare.parse_args(["--preset", "paper", "--steps", "4", "--lr", "0.001",
                                                      "--set", "arch.H_cycles=1"])).notes
     assert short[1:] == ["This recipe changes them: max_steps=4 lr=0.001 arch.H_cycles=1."]
 
@@ -137,11 +137,11 @@ def test_the_printed_recipes_closing_report_is_made_with_its_own_settings(tmp_pa
     monkeypatch.chdir(tmp_path)
     argv = ["--preset", "paper", "--nproc", "2", "--seed", "3", "--steps", "7", "--lr", "0.001",
             "--set", "arch.hidden_size=32", "arch.H_cycles=1"]
-    printed = compare.paper_recipe(compare.parse_args(argv))
+    printed = compare_recipes.paper_recipe(compare.parse_args(argv))
     assert compare.main(argv) == 0
     closing = capsys.readouterr().out.splitlines()[-1]
     assert closing.startswith("python scripts/compare.py --preset paper --report ")
-    report = compare.paper_recipe(compare.parse_args(shlex.split(closing)[2:]))
+    report = compare_recipes.paper_recipe(compare.parse_args(shlex.split(closing)[2:]))
     assert report.notes == printed.notes and report.notes[1] == ("This recipe changes them: max_steps=7 lr=0.001 "
                                                                  "arch.hidden_size=32 arch.H_cycles=1.")
     assert [report.train_cmd(arm) for arm in report.arms] == [printed.train_cmd(arm) for arm in printed.arms]
@@ -169,9 +169,9 @@ def test_steps_and_lr_are_given_exactly_or_refused(tmp_path, capsys):
     """--lr keeps every digit (`:g` rounded 1.2345678e-4 to 0.000123457); --steps 0 and --lr 0 are
     refused rather than silently replaced by the defaults."""
     args = compare.parse_args(["--preset", "cpu", "--lr", "1.2345678e-4", "--out", str(tmp_path / "r")])
-    assert "lr=0.00012345678" in compare.cpu_recipe(args).common
+    assert "lr=0.00012345678" in compare_recipes.cpu_recipe(args).common
     args = compare.parse_args(["--preset", "paper", "--lr", "1.2345678e-4"])
-    assert "lr=0.00012345678" in compare.paper_recipe(args).common
+    assert "lr=0.00012345678" in compare_recipes.paper_recipe(args).common
     for option, value, message in (("--steps", "0", "--steps must be >= 1, got 0"),
                                    ("--lr", "0", "--lr must be > 0, got 0.0")):
         with pytest.raises(SystemExit):
@@ -219,7 +219,7 @@ def test_run_folders_hydra_would_read_as_syntax_reach_pretrain_exactly(path):
     under `/home/josé` or `run (2)` was a Hydra parse error in both arms, the comparison lost."""
     from hydra import compose, initialize_config_dir
     from scripts.experiment_tools import override_key
-    recipe = compare.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", path, "--out", path + "/r"]))
+    recipe = compare_recipes.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", path, "--out", path + "/r"]))
     overrides = recipe.train_cmd(recipe.arms[1])[2:]
     with initialize_config_dir(config_dir=str(Path(compare.__file__).resolve().parents[1] / "configs"),
                                version_base=None):
@@ -258,7 +258,7 @@ def test_results_markdown_shows_both_arms_side_by_side():
     report = {"preset": "cpu", "command": "python scripts/compare.py --preset cpu",
               "build": {"digest": "ab" * 32, "description": "16 tasks", "unigram_floor": 1.5}, "common": ["seed=0"], "seconds": 600,
               "jobs": 2, "threads": 1, "arms": {"baseline": arm, "deeploop": {**arm, "label": "B", "alpha": 2.449, "outcome": "stuck"}}}
-    md = compare.results_markdown(report)
+    md = compare_table.results_markdown(report)
     assert "| outcome (as the p-sweep classifies a cell) | trained | stuck at the floor |" in md
     assert "| | A | B |" in md and "| alpha / beta | 1.0000 / 1.0000 | 2.4490 / 1.0000 |" in md
     assert "| pass@2 task (pair) | 12.50% (25.00%) | 12.50% (25.00%) |" in md
@@ -270,7 +270,7 @@ def test_final_losses_average_the_steps_run_status_averages(small_build, tmp_pat
     """compare.py's "final train LM loss" and run_status.py's "final loss" are one number for one run,
     a mean over the last FINAL_WINDOW optimizer steps also when only every 4th step is logged."""
     from scripts import run_status
-    recipe = compare.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", str(tmp_path)]))
+    recipe = compare_recipes.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", str(tmp_path)]))
     arm = recipe.arms[0]
     run = recipe.run_dir(arm)
     run.mkdir(parents=True)
@@ -279,14 +279,14 @@ def test_final_losses_average_the_steps_run_status_averages(small_build, tmp_pat
     (run / "log.jsonl").write_text("".join(json.dumps({"step": s, "train/lm_loss": x, "train/loss": x}) + "\n"
                                            for s, x in loss.items()))
     (run / "vote.json").write_text(json.dumps({"pass_at_k": {}}))
-    result = compare.arm_result(recipe, arm)
-    in_window = [x for s, x in loss.items() if s > 80 - compare.FINAL_WINDOW]
+    result = compare_arms.arm_result(recipe, arm)
+    in_window = [x for s, x in loss.items() if s > 80 - compare_arms.FINAL_WINDOW]
     assert result["steps"] == 80
     assert result["final_train_lm_loss"] == pytest.approx(sum(in_window) / len(in_window), abs=1e-12)
-    assert compare.arm_outcome(run, floor=3.0) == "trained"   # 1.7 on average, against 3 * 0.95
+    assert compare_arms.arm_outcome(run, floor=3.0) == "trained"   # 1.7 on average, against 3 * 0.95
     assert run_status.main([str(run), "--data", str(small_build)]) == 0
     out = capsys.readouterr().out
-    assert f"final loss {result['final_train_lm_loss']:.4f} (mean of the last {compare.FINAL_WINDOW})" in out
+    assert f"final loss {result['final_train_lm_loss']:.4f} (mean of the last {compare_arms.FINAL_WINDOW})" in out
 
 
 def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeypatch, capsys):
@@ -298,7 +298,7 @@ def test_cpu_preset_end_to_end_with_a_micro_model(small_build, tmp_path, monkeyp
     def recording_run_logged(cmd, log, **kw):
         children.append((Path(log).parent.name + "/" + Path(log).name, (kw.get("env") or {}).get("CUDA_VISIBLE_DEVICES")))
         return run_logged(cmd, log, **kw)
-    monkeypatch.setattr(compare, "run_logged", recording_run_logged)
+    monkeypatch.setattr(compare_arms, "run_logged", recording_run_logged)
     # Two GPU names: CPU torch ignores CUDA_VISIBLE_DEVICES, so the arms train here all the same.
     assert compare.main(["--preset", "cpu", "--steps", "2", "--work", str(tmp_path / "work"), "--out", str(out),
                          "--gpus", "5", "7", "--set", *MICRO]) == 0
@@ -417,7 +417,7 @@ def test_paper_launch_votes_on_training_predictions_when_predict_would_write_the
     from evaluate.predict import default_batch_size
     batch = default_batch_size("auto") if eval_batch == "predict's" else eval_batch
     fake, started = fake_paper_tools(small_build, batch, training_predictions)
-    monkeypatch.setattr(compare, "run_logged", fake)
+    monkeypatch.setattr(compare_arms, "run_logged", fake)
     out = tmp_path / "results" / "paper"
     assert compare.main(["--preset", "paper", "--launch", "--data", str(small_build), "--nproc", "1",
                          "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
@@ -438,7 +438,7 @@ def test_a_diverged_arm_is_a_result_of_the_comparison(small_build, tmp_path, mon
     the diverged one is neither predicted nor voted, and the table says where it diverged."""
     from evaluate.predict import default_batch_size
     fake, started = fake_paper_tools(small_build, default_batch_size("auto"), True, diverges={"hrm_v1"})
-    monkeypatch.setattr(compare, "run_logged", fake)
+    monkeypatch.setattr(compare_arms, "run_logged", fake)
     out = tmp_path / "results" / "paper"
     args = ["--preset", "paper", "--data", str(small_build), "--nproc", "1", "--work", str(tmp_path / "work"),
             "--out", str(out)]
@@ -462,7 +462,7 @@ def test_a_diverged_arm_is_a_result_of_the_comparison(small_build, tmp_path, mon
 def test_a_failed_arm_is_said_at_once_and_the_other_still_runs(small_build, tmp_path, monkeypatch, capsys):
     from evaluate.predict import default_batch_size
     fake, started = fake_paper_tools(small_build, default_batch_size("auto"), True, crashes={"hrm_v1"})
-    monkeypatch.setattr(compare, "run_logged", fake)
+    monkeypatch.setattr(compare_arms, "run_logged", fake)
     assert compare.main(["--preset", "paper", "--launch", "--data", str(small_build), "--nproc", "1",
                          "--work", str(tmp_path / "work"), "--out", str(tmp_path / "paper")]) == 1
     assert started == ["hrm_v1 training", "hrm_deeploop training", "hrm_deeploop vote"]
@@ -488,7 +488,7 @@ def test_ctrl_c_during_an_arm_does_not_start_the_next(small_build, tmp_path, mon
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         time.sleep(0.5)     # the training takes a moment to exit; compare.py hears Ctrl-C at once
         return fake(cmd, log, **kwargs)
-    monkeypatch.setattr(compare, "run_logged", interrupted)
+    monkeypatch.setattr(compare_arms, "run_logged", interrupted)
     try:
         code = compare.main(["--preset", "paper", "--launch", "--data", str(small_build), "--nproc", "1",
                              "--work", str(tmp_path / "work"), "--out", str(tmp_path / "paper")])
@@ -577,36 +577,36 @@ def test_the_report_shows_the_command_the_printed_recipe_trained_with(tmp_path, 
     monkeypatch.chdir(tmp_path)
     assert compare.main(["--preset", "paper", "--nproc", "2", "--steps", "7", "--set", "arch.hidden_size=32"]) == 0
     script = capsys.readouterr().out
-    records = "".join(line + "\n" for line in script.splitlines() if compare.COMMAND_RECORD in line)
+    records = "".join(line + "\n" for line in script.splitlines() if compare_recipes.COMMAND_RECORD in line)
     ran = subprocess.run(["bash", "-euo", "pipefail"], input=records * 2, text=True, capture_output=True)  # a rerun too
     assert ran.returncode == 0, ran.stderr
-    recipe = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--report"]))
+    recipe = compare_recipes.paper_recipe(compare.parse_args(["--preset", "paper", "--report"]))
     for arm in recipe.arms:
         (recipe.run_dir(arm) / "vote.json").write_text(json.dumps({"pass_at_k": {}}))
     shutil.rmtree(recipe.run_dir(recipe.arms[1]))   # a run made by hand, without the recipe
     recipe.run_dir(recipe.arms[1]).mkdir(parents=True)
     (recipe.run_dir(recipe.arms[1]) / "vote.json").write_text(json.dumps({"pass_at_k": {}}))
-    made, by_hand = (compare.arm_result(recipe, arm) for arm in recipe.arms)
+    made, by_hand = (compare_arms.arm_result(recipe, arm) for arm in recipe.arms)
     assert made["command"] == ("torchrun --standalone --nproc-per-node 2 pretrain.py arch=hrm_v1 "
                                "data_path=data/arc-aug-1000 seed=0 max_steps=7 arch.hidden_size=32 "
                                "checkpoint_path=checkpoints/compare_paper/hrm_v1 resume=auto")
     assert made["command_recorded"] and not by_hand["command_recorded"]
     report = {"preset": "paper", "command": "c", "build": {"digest": "d", "description": "b", "unigram_floor": 1.0},
               "common": None, "seconds": 1, "report_only": True, "arms": {"hrm_v1": made, "hrm_deeploop": by_hand}}
-    commands = compare.results_markdown(report).split("Training commands:")[1]
+    commands = compare_table.results_markdown(report).split("Training commands:")[1]
     assert f"- `{made['command']}`\n" in commands
     assert f"- `{by_hand['command']}` (not recorded in the run folder: as this --report's flags give it" in commands
 
 
 def test_training_predictions_are_reused_only_when_every_setting_matches(small_build, tmp_path):
-    recipe = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--data", str(small_build), "--nproc", "2",
+    recipe = compare_recipes.paper_recipe(compare.parse_args(["--preset", "paper", "--data", str(small_build), "--nproc", "2",
                                                       "--work", str(tmp_path)]))
     run = tmp_path / "run"
     checkpoint = run / "step_4"
     predictions = run / "predictions" / "step_4"
     config = {"data_path": str(small_build), "global_batch_size": 768, "eval_batch_size": None, "device": "auto",
               "compile": "auto", "compile_eval": "auto"}
-    wanted = compare.predict_evaluation(2)
+    wanted = compare_arms.predict_evaluation(2)
 
     def refusal(config_changes=None, world_size=2, build=small_build, step=4, checkpoint_named=None, env=None):
         if predictions.exists():
@@ -614,7 +614,7 @@ def test_training_predictions_are_reused_only_when_every_setting_matches(small_b
         write_predictions_folder(predictions, build, checkpoint_named, step=step, world_size=world_size)
         (run / "all_config.yaml").write_text(yaml.safe_dump({**config, "global_batch_size": wanted["batch"],
                                                              **(config_changes or {})}))
-        return compare.why_not_reuse(predictions, checkpoint, run, recipe, env)
+        return compare_arms.why_not_reuse(predictions, checkpoint, run, recipe, env)
 
     assert refusal() is None
     assert refusal(world_size=1) == "training evaluated with processes 1 (predict.py: 2)"
@@ -628,7 +628,7 @@ def test_training_predictions_are_reused_only_when_every_setting_matches(small_b
     assert refusal(checkpoint_named=str(checkpoint)) == not_training_s     # predict.py wrote it
     assert refusal(env={"CUDA_VISIBLE_DEVICES": "3"}) == "predict.py would run with CUDA_VISIBLE_DEVICES=3"
     (predictions / "rank_1.npz").unlink()
-    assert compare.why_not_reuse(predictions, checkpoint, run, recipe, None) == f"{predictions} lacks rank_1.npz"
+    assert compare_arms.why_not_reuse(predictions, checkpoint, run, recipe, None) == f"{predictions} lacks rank_1.npz"
 
 
 def test_training_predictions_that_are_reused_equal_what_predict_writes(small_build, tmp_path, monkeypatch):
@@ -644,10 +644,10 @@ def test_training_predictions_that_are_reused_equal_what_predict_writes(small_bu
     run = tmp_path / "run"
     Trainer(micro_config(small_build, run, max_steps=1, eval_batch_size=predict.default_batch_size("auto"),
                          eval_pass_k=[]), DistInfo(0, 1, 0, torch.device("cpu")), progress=False).fit()
-    recipe = compare.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", str(tmp_path)]))
+    recipe = compare_recipes.cpu_recipe(compare.parse_args(["--preset", "cpu", "--work", str(tmp_path)]))
     recipe.build = small_build
     checkpoint = run / "step_1"
-    assert compare.why_not_reuse(run / "predictions" / "step_1", checkpoint, run, recipe, None) is None
+    assert compare_arms.why_not_reuse(run / "predictions" / "step_1", checkpoint, run, recipe, None) is None
     assert predict.main([f"checkpoint={checkpoint}", f"output_dir={tmp_path / 'again'}"]) == 0
     with np.load(run / "predictions" / "step_1" / "rank_0.npz") as trained, \
             np.load(tmp_path / "again" / "rank_0.npz") as predicted:
@@ -691,7 +691,7 @@ def test_an_arm_that_diverged_before_logging_a_step_leaves_strict_json(small_bui
         if kwargs["step"] == "hrm_v1 training":
             (Path(log).parent / "log.jsonl").write_text(json.dumps({"step": 0, "num_params": 10}) + "\n")
         return result
-    monkeypatch.setattr(compare, "run_logged", diverges_at_once)
+    monkeypatch.setattr(compare_arms, "run_logged", diverges_at_once)
     out = tmp_path / "paper"
     assert compare.main(["--preset", "paper", "--launch", "--data", str(small_build), "--nproc", "1",
                          "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
@@ -710,7 +710,7 @@ def test_an_arm_that_diverged_before_logging_a_step_leaves_strict_json(small_bui
 def test_report_on_a_vote_json_that_is_not_votes_names_the_file(tmp_path, capsys, vote, said):
     """A vote.json cut short was json's bare `Unterminated string ...` (which arm's?), and one
     without pass@K a KeyError traceback."""
-    recipe = compare.paper_recipe(compare.parse_args(["--preset", "paper", "--report", "--work", str(tmp_path)]))
+    recipe = compare_recipes.paper_recipe(compare.parse_args(["--preset", "paper", "--report", "--work", str(tmp_path)]))
     for arm in recipe.arms:
         recipe.run_dir(arm).mkdir(parents=True)
         (recipe.run_dir(arm) / "vote.json").write_text(json.dumps({"pass_at_k": {"1": {"task": 0.5, "pair": 0.5}}}))
@@ -733,7 +733,7 @@ def test_results_markdown_shows_every_k_either_arm_was_voted_with():
               "build": {"digest": "ab" * 32, "description": "b", "unigram_floor": 1.5}, "common": None, "seconds": 1,
               "arms": {"hrm_v1": arm, "hrm_deeploop": {**arm, "label": "B", "pass_at_k": {
                   "1": {"task": 0.0, "pair": 0.0}, "2": {"task": 0.5, "pair": 0.5}}}}}
-    md = compare.results_markdown(report)
+    md = compare_table.results_markdown(report)
     assert "| pass@1 task (pair) | - | 0.00% (0.00%) |" in md
     assert "| pass@2 task (pair) | 12.50% (25.00%) | 50.00% (50.00%) |" in md
     assert "| pass@10 task (pair) | 25.00% (50.00%) | - |" in md
@@ -746,4 +746,4 @@ def test_committed_tables_are_what_their_reports_make(report):
     """Each committed results/compare_cpu*.md is the table compare.py makes from the JSON report beside
     it, so a change to the table's wording reaches the committed results (or this fails)."""
     path = Path(__file__).resolve().parents[1] / "results" / report
-    assert compare.results_markdown(json.loads(path.read_text())) == path.with_suffix(".md").read_text()
+    assert compare_table.results_markdown(json.loads(path.read_text())) == path.with_suffix(".md").read_text()
