@@ -319,8 +319,9 @@ def _why_not_replaceable(target: Path) -> str | None:
                 "folder it points to: pass that folder as --output-dir")
     if not target.is_dir():
         return "exists and is not a directory; remove it or choose another --output-dir"
-    if _is_build(target):
-        extra = _files_the_build_did_not_write(target)
+    manifest = _build_manifest(target)
+    if manifest is not None:
+        extra = _files_the_build_did_not_write(target, manifest)
         if not extra:
             return None
         shown = ", ".join(extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3 else "")
@@ -333,21 +334,21 @@ def _why_not_replaceable(target: Path) -> str | None:
             "build or an empty folder, so choose another --output-dir")
 
 
-def _is_build(folder: Path) -> bool:
-    """Whether `folder` holds a build of ours: a manifest.json of our format. Other tools write a
-    manifest.json too (web apps, browser extensions), and --overwrite would delete their folder."""
+def _build_manifest(folder: Path) -> dict | None:
+    """The manifest of the build of ours `folder` holds (a manifest.json of our format), else None.
+    Other tools write a manifest.json too (web apps, browser extensions), and --overwrite would
+    delete their folder."""
     try:
         manifest = json.loads((folder / MANIFEST).read_bytes())
     except (OSError, ValueError):   # none, unreadable, or not JSON: not ours to delete
-        return False
-    return isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT else None
 
 
-def _files_the_build_did_not_write(folder: Path) -> list[str]:
+def _files_the_build_did_not_write(folder: Path, manifest: dict) -> list[str]:
     """Visible files of a build folder that its manifest does not list (a researcher's notes): what
     replacing the folder would delete with it. A manifest whose file list is damaged lists nothing
     to compare with: the build is replaced as before."""
-    manifest = json.loads((folder / MANIFEST).read_bytes())   # _is_build has read it
     return extra_files(folder, manifest) if isinstance(manifest.get("files"), dict) else []
 
 
