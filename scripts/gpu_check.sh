@@ -200,7 +200,6 @@ else
     echo '{"phase": "torchrun 2 processes", "skipped": "fewer than two GPUs (NCCL needs one GPU per rank)"}'
 fi
 
-
 phase model "bench_model hrm_v1" 150 $PY scripts/bench_model.py "${MODEL_BENCH[@]}"
 
 phase tests "gpu tests" 300 $PY -m pytest -q -rs tests/test_gpu.py tests/test_model_layers.py::test_flash_and_sdpa_agree_on_gpu
