@@ -111,13 +111,13 @@ def write_atomic(path, payload) -> None:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
+        os.replace(tmp, path)     # a rename that fails (a folder in the way) removes the .tmp too
     except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass    # never written, or not removable: the write's own error is the one to tell
         raise named_write_error(_write_error_underneath(e), tmp)
-    os.replace(tmp, path)
 
 
 def _write_error_underneath(error: BaseException) -> BaseException:

@@ -150,18 +150,23 @@ def write_predictions(out_dir: str | Path, arrays: dict, info: DistInfo, *, data
         tmp = out_dir / f".rank_{info.rank}.tmp.npz"
         try:
             np.savez(tmp, **arrays)
+            # inside the try: a rename that fails (a folder in the way) left the hidden file behind
+            os.replace(tmp, out_dir / f"rank_{info.rank}.npz")
         except BaseException as e:
             tmp.unlink(missing_ok=True)    # on a full disk, the space it took is what is lacking
             raise named_write_error(e, tmp)
-        os.replace(tmp, out_dir / f"rank_{info.rank}.npz")
 
     def write_info() -> None:
         if info.is_main:
             meta = {"data_path": str(Path(data_path).resolve()), "step": step, "world_size": info.world_size,
                     "checkpoint": checkpoint}
             tmp_info = out_dir / ".info.json.tmp"
-            tmp_info.write_text(json.dumps(meta, indent=1) + "\n")
-            os.replace(tmp_info, out_dir / "info.json")
+            try:
+                tmp_info.write_text(json.dumps(meta, indent=1) + "\n")
+                os.replace(tmp_info, out_dir / "info.json")
+            except BaseException as e:
+                tmp_info.unlink(missing_ok=True)
+                raise named_write_error(e, tmp_info)
 
     for stage in (clear, write_rank_file, write_info):
         try:

@@ -409,3 +409,14 @@ def test_a_disk_that_fills_up_under_torchs_own_writer_is_the_oserror_naming_the_
         write_atomic(tmp_path / "model.pt", {"w": torch.zeros(100_000)})   # 400 kB: past the buffer
     assert caught.value.errno == errno.ENOSPC and "model.pt.tmp" in str(caught.value), repr(caught.value)
     assert not any(tmp_path.iterdir())
+
+
+def test_a_rename_that_fails_leaves_no_tmp_file(tmp_path):
+    """A folder where the file goes: the rename fails, naming the path, and the .tmp written for
+    it is removed with it, where it stayed beside the folder."""
+    from hrm.checkpoint import write_atomic
+    (tmp_path / "model.pt").mkdir()
+    with pytest.raises(OSError) as caught:
+        write_atomic(tmp_path / "model.pt", {"w": torch.zeros(4)})
+    assert "model.pt" in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt"]

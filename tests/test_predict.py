@@ -242,6 +242,18 @@ def test_predictions_that_cannot_be_written_exit_2_with_one_line(tiny_build, tmp
     assert sorted(p.name for p in out.iterdir()) == []
 
 
+def test_a_rank_file_that_cannot_be_renamed_into_place_leaves_no_temporary_file(tiny_build, tmp_path, capsys):
+    """A folder named rank_0.npz where the rank file goes: exit 2 naming the folder, and the hidden
+    .rank_0.tmp.npz written for it is removed, where it stayed (as .info.json.tmp would)."""
+    original = write_original_run(tiny_build, tmp_path / "orig")
+    out = tmp_path / "preds"
+    (out / "rank_0.npz").mkdir(parents=True)
+    assert predict.main([f"checkpoint={original}", f"output_dir={out}", "batch_size=4"]) == 2
+    err = capsys.readouterr().err.split("\r")[-1]
+    assert err.startswith("predict.py: error: cannot write the predictions into ") and str(out) in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["rank_0.npz"]
+
+
 @pytest.mark.parametrize("device, message", [("tpu", "device must be one of auto, cpu, cuda, got 'tpu'"),
                                              ("cuda", "device=cuda but CUDA is not available")])
 def test_unknown_or_unavailable_device_is_refused(device, message, small_build, tmp_path, monkeypatch, capsys):
