@@ -263,7 +263,10 @@ def explain_unknown_key(error: BaseException, config) -> str:
     (`error`), with its advice (an appended key is refused here all the same: every field is known)
     replaced by the nearest keys of `config` (a composed DictConfig), if any are close. The unknown
     key is the one OmegaConf names under it: for a dict value (`arch.scaling.H={q:0.3}`) Hydra names
-    the key overridden, which exists, and the unknown one inside it went unsaid."""
+    the key overridden, which exists, and the unknown one inside it went unsaid. A key that is a
+    field all the same is one a preset or config file of one's own leaves out (a preset written
+    with the fields it changes only): Hydra's `+key=value` adds it, and the message says so, where
+    the nearest keys (of the default preset's config) would have suggested the very key typed."""
     import difflib
     import re
 
@@ -273,6 +276,12 @@ def explain_unknown_key(error: BaseException, config) -> str:
     if not found:
         return message
     unknown = getattr(error.__cause__, "full_key", None) or found[1]
+    if unknown in config_keys():
+        append = re.search(r"To append to your config use (\S+)", message)
+        where = "the arch preset" if unknown.startswith("arch.") else "the config file"
+        return (f"{unknown!r} is a field, but {where} does not set it, so it cannot be overridden as it "
+                f"stands: add it to {where}, or give it as {append[1] if append else '+' + found[1] + '=...'} "
+                f"(a leading + adds a key)")
     keys = []
 
     def walk(node, prefix):

@@ -2334,6 +2334,27 @@ def test_config_dir_comes_after_the_projects_configs_as_in_hydra(small_build, tm
     assert stopped.value.code == 2 and "no such key: 'my_extra_key'" in said, said
 
 
+def test_a_field_that_a_preset_of_ones_own_leaves_out_is_named_with_the_way_to_add_it(small_build, tmp_path, capsys):
+    """A preset written with the fields it changes only (the others take ArchConfig's defaults) has
+    no key for the rest, so `arch.L_cycles=3` is Hydra's unknown key: the message said "no such key:
+    'arch.L_cycles'. Did you mean arch.L_cycles?", the very key typed. It says it is a field the
+    preset leaves out, and the `+arch.L_cycles=3` that adds it, which passes."""
+    (tmp_path / "cfgs" / "arch").mkdir(parents=True)
+    (tmp_path / "cfgs" / "arch" / "my_min.yaml").write_text("name: my_min\nhidden_size: 64\nnum_heads: 2\n")
+    import pretrain
+    start = ["--config-dir", str(tmp_path / "cfgs"), "arch=my_min", f"data_path={small_build}"]
+    for override, add in (("arch.L_cycles=3", "+arch.L_cycles=3"), ("arch.scaling.H.p=0.25", "+arch.scaling.H.p=0.25")):
+        with pytest.raises(SystemExit) as stopped:
+            pretrain.check_overrides([*start, override])
+        said = capsys.readouterr().err
+        assert stopped.value.code == 2 and "is a field, but the arch preset does not set it" in said \
+            and f"give it as {add} " in said and "Did you mean" not in said, said
+        pretrain.check_overrides([*start, add])   # the way out passes
+    with pytest.raises(SystemExit):                # a typo is still a typo
+        pretrain.check_overrides([*start, "arch.L_cycle=3"])
+    assert "no such key: 'arch.L_cycle'. Did you mean arch.L_cycles" in capsys.readouterr().err
+
+
 def test_a_config_of_its_own_keeps_cfg_pretrains_hydra_settings(small_build, tmp_path, capsys):
     """`--config-name mine` of a file that does not start from cfg_pretrain had Hydra's own settings:
     every run wrote outputs/<date>/<time>/.hydra/ and pretrain.log into the current folder, and a
