@@ -64,7 +64,8 @@ from scripts.experiment_tools import (REPO, PYTHON, ExperimentError, build_small
 from scripts.run_status import (DEFAULT_MARGIN, DEFAULT_WINDOW, ERROR, EXIT_INTERRUPTED,  # noqa: E402
                                 EXIT_STOPPED, FINISHED, unigram_floor)
 from scripts.sweep_cells import (arch_cycles, cell_configs, cell_row, config_problems,  # noqa: E402
-                                 failure_reason, replaced_results, run_cell, split_finished)
+                                 failure_reason, module_scaling_of_the_preset, replaced_results, run_cell,
+                                 split_finished)
 from scripts.sweep_grid import Cell, folder_clash, make_grid, merge_axes, parse_loops  # noqa: E402
 from scripts.sweep_report import (command_lines, previous_commands, summary_markdown,  # noqa: E402
                                   training_commands, write_csv)
@@ -174,6 +175,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         h_cycles, l_cycles = arch_cycles(args.arch)
     except Exception as e:      # Hydra's composition errors have no common base class worth naming
         ap.error(f"--arch {args.arch}: {arch_file.relative_to(REPO)} does not compose: {e}")
+    own = module_scaling_of_the_preset(args.arch)
+    if own:   # as a --set of them is (CLAIMED): the cells would name p, one module trained at its own
+        ap.error(f"--arch {args.arch}: {arch_file.relative_to(REPO)} sets {' '.join(own)}, which the swept p "
+                 f"would not reach (the sweep's p applies to both modules; a module's own rule or p replaces "
+                 f"it), while every cell and table would name p: use a copy of the preset with them null")
     loop_texts = args.loops or [str(l_cycles)]
     try:
         loop_pairs = [parse_loops(t, h_cycles) for t in loop_texts]

@@ -225,6 +225,19 @@ def arch_cycles(arch: str) -> tuple[int, int]:
     return int(composed.arch.H_cycles), int(composed.arch.L_cycles)
 
 
+def module_scaling_of_the_preset(arch: str) -> list[str]:
+    """The per-module scaling rule and p an arch preset sets itself (`arch.scaling.H.p=0.25`), as
+    `key=value`: the sweep sets the top-level rule and p, which such a module's own replace, so
+    that module would train at its own scaling in every cell while the cell, CSV and table name p
+    (--set of these keys is refused for the same reason)."""
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
+        composed = compose("cfg_pretrain", [f"arch={arch}"])
+    scaling = composed.arch.get("scaling") or {}
+    return [f"arch.scaling.{module}.{field}={(scaling.get(module) or {}).get(field)}"
+            for module in ("H", "L") for field in ("rule", "p") if (scaling.get(module) or {}).get(field) is not None]
+
+
 def cell_configs(cells: list[Cell], args, build: Path, work: Path) -> dict[Cell, PretrainConfig | str]:
     """{cell: the config pretrain.py would train it with, or why it would refuse it}: each cell's
     overrides composed and validated as pretrain.py does (Hydra, then PretrainConfig), about 0.1 s

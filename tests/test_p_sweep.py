@@ -70,6 +70,27 @@ def test_an_arch_of_your_own_that_inherits_its_cycles_gets_them_from_its_default
     assert e.value.code == 2
 
 
+def test_an_arch_that_gives_a_module_its_own_scaling_is_refused(tmp_path, monkeypatch, capsys):
+    """An arch preset with `H: {p: 0.25}` trained H at p = 0.25 in every cell, the swept p reaching L
+    alone, while the cells, CSV and table named p (and showed L's alpha and beta): a --set of the
+    same key is refused, the preset went unsaid. Refused alike, naming the file and the keys."""
+    shutil.copytree(p_sweep.REPO / "configs", tmp_path / "configs")
+    tiny = (tmp_path / "configs" / "arch" / "hrm_tiny.yaml").read_text()
+    for name, module in (("own_h", "H: {rule: null, p: 0.25"), ("own_l", "L: {rule: none, p: null")):
+        text = tiny.replace(f"{module[:3]}{{rule: null, p: null", module)
+        assert text != tiny
+        (tmp_path / "configs" / "arch" / f"{name}.yaml").write_text(text)
+    monkeypatch.setattr(p_sweep, "REPO", tmp_path)
+    monkeypatch.setattr(sweep_cells, "REPO", tmp_path)
+    for name, key in (("own_h", "arch.scaling.H.p=0.25"), ("own_l", "arch.scaling.L.rule=none")):
+        with pytest.raises(SystemExit) as e:
+            p_sweep.parse_args(["--arch", name])
+        said = capsys.readouterr().err
+        assert e.value.code == 2 and f"--arch {name}: configs/arch/{name}.yaml sets {key}, which the swept p" in said, said
+    assert sweep_cells.module_scaling_of_the_preset("hrm_tiny") == []
+    p_sweep.parse_args(["--arch", "hrm_tiny"])     # a preset without them passes
+
+
 def test_gpus_default_to_the_visible_ones_and_set_the_job_count(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")   # a child's names for them are 3 and 5, not 0 and 1
     args = p_sweep.parse_args([])
