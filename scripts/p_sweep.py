@@ -173,6 +173,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error(f"--arch {args.arch}: no {arch_file.relative_to(REPO)}")
     try:
         h_cycles, l_cycles = arch_cycles(args.arch)
+    except ValueError as e:     # composes, but lacks a key the cells override
+        ap.error(f"--arch {args.arch}: {arch_file.relative_to(REPO)}: {e}")
     except Exception as e:      # Hydra's composition errors have no common base class worth naming
         ap.error(f"--arch {args.arch}: {arch_file.relative_to(REPO)} does not compose: {e}")
     own = module_scaling_of_the_preset(args.arch)

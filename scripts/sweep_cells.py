@@ -222,7 +222,19 @@ def arch_cycles(arch: str) -> tuple[int, int]:
     from hydra import compose, initialize_config_dir
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
         composed = compose("cfg_pretrain", [f"arch={arch}"])
+    # every cell overrides these, and Hydra cannot override a key the preset leaves out (pretrain.py
+    # trains such a preset, the field at its default): said here, not as "does not compose: Key
+    # 'H_cycles' is not in struct"
+    from omegaconf import OmegaConf
+    absent = object()
+    missing = [f"arch.{key}" for key in SWEPT_ARCH_KEYS if OmegaConf.select(composed.arch, key, default=absent) is absent]
+    if missing:
+        raise ValueError(f"it does not set {', '.join(missing)}, which every cell overrides (Hydra overrides only "
+                         f"keys the config holds): add {'them' if len(missing) > 1 else 'it'} to the preset")
     return int(composed.arch.H_cycles), int(composed.arch.L_cycles)
+
+
+SWEPT_ARCH_KEYS = ("H_cycles", "L_cycles", "scaling.rule", "scaling.p")   # arch keys train_command sets
 
 
 def module_scaling_of_the_preset(arch: str) -> list[str]:

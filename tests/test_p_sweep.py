@@ -70,6 +70,22 @@ def test_an_arch_of_your_own_that_inherits_its_cycles_gets_them_from_its_default
     assert e.value.code == 2
 
 
+def test_an_arch_that_leaves_out_a_key_every_cell_overrides_says_so(tmp_path, monkeypatch, capsys):
+    """A preset with only the fields it changes (pretrain.py trains it, the rest at ArchConfig's
+    defaults) was refused as "does not compose: Key 'H_cycles' is not in struct", while it composes:
+    what it lacks is a key every cell overrides, which Hydra cannot override. Said so, naming them."""
+    shutil.copytree(p_sweep.REPO / "configs", tmp_path / "configs")
+    (tmp_path / "configs" / "arch" / "lean.yaml").write_text("name: lean\nhidden_size: 64\nnum_heads: 2\n")
+    monkeypatch.setattr(p_sweep, "REPO", tmp_path)
+    monkeypatch.setattr(sweep_cells, "REPO", tmp_path)
+    with pytest.raises(SystemExit) as e:
+        p_sweep.parse_args(["--arch", "lean"])
+    said = capsys.readouterr().err
+    assert e.value.code == 2 and "does not compose" not in said, said
+    assert ("--arch lean: configs/arch/lean.yaml: it does not set arch.H_cycles, arch.L_cycles, arch.scaling.rule, "
+            "arch.scaling.p, which every cell overrides") in said, said
+
+
 def test_an_arch_that_gives_a_module_its_own_scaling_is_refused(tmp_path, monkeypatch, capsys):
     """An arch preset with `H: {p: 0.25}` trained H at p = 0.25 in every cell, the swept p reaching L
     alone, while the cells, CSV and table named p (and showed L's alpha and beta): a --set of the
