@@ -43,5 +43,5 @@ def continues_its_run(run_name: str | None, run_dir: Path, checkpoint: Path) -> 
     """Whether a start that resumes `checkpoint` and writes to `run_dir` continues that run under
     the name (and project) it started with: no run_name given, and the checkpoint is in the folder
     it writes to (resume=<its folder>, or checkpoint_path= that folder). W&B then continues the
-    same run. Trainer._resume and hrm.resume_settings decide it here alike."""
+    same run. hrm.train.Trainer._resume and hrm.resume_settings decide it here alike."""
     return not run_name and Path(checkpoint).parent.resolve() == Path(run_dir).resolve()

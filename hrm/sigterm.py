@@ -25,10 +25,10 @@ class StopOnSigterm:
     """While training, SIGTERM asks for a stop instead of killing the process: the flag is read at
     the end of each step (summed over ranks with the step's metrics, so every rank stops after the
     same step) and after each evaluation batch but the last, and the run saves that step and stops
-    (fit raises TrainingStopped; an evaluation cut short runs again on resume). Schedulers send
-    SIGTERM some seconds before SIGKILL (SLURM: KillWait, 30 s by default; torchrun also waits 30 s
-    after passing it on): one step and a save fit; hours since the last evaluation's checkpoint
-    would be lost otherwise. A second SIGTERM kills at once, as before, unless it comes within
+    (hrm.train.Trainer.fit raises TrainingStopped; an evaluation cut short runs again on resume).
+    Schedulers send SIGTERM some seconds before SIGKILL (SLURM: KillWait, 30 s by default; torchrun
+    also waits 30 s after passing it on): one step and a save fit; hours since the last evaluation's
+    checkpoint would be lost otherwise. A second SIGTERM kills at once, as before, unless it comes within
     REPEAT_WINDOW_S of the first: a scheduler that signals every process of a job (SLURM's time
     limit and scancel, with proctrack/cgroup) reaches torchrun's workers directly and again through
     torchrun passing it on, and that copy must not kill the save the first one asked for.
