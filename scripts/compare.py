@@ -15,10 +15,10 @@ visible GPUs when there are two (`--gpus 3 5` to choose, `--gpus none` for the C
 paper: `arch=hrm_v1` against `arch=hrm_deeploop` on data/arc-aug-1000 (ARC-AGI-1 + ConceptARC,
 1000 augmentations, HRM's recipe) with the published training defaults (100K epochs, batch 768).
 Its training evaluates the last step and writes that step's predictions; when it did so as
-predict.py would (same build, device, batch, compile, processes: `why_not_reuse`), they are voted
-on as they are and predict.py is not run, which the output and the table say. The printed recipe
-can be run again after a failure: it makes the build only where there is none, continues each arm's
-run (resume=auto) and leaves a diverged arm as it is.
+predict.py would (same build, device, batch, compile, processes: `compare_arms.why_not_reuse`),
+they are voted on as they are and predict.py is not run, which the output and the table say. The
+printed recipe can be run again after a failure: it makes the build only where there is none,
+continues each arm's run (resume=auto) and leaves a diverged arm as it is.
 An arm that diverges is a result (the table's `outcome` row), not a failure of the comparison.
 
 Writes OUT.md and OUT.json (default results/compare_<preset>); run folders go under --work.

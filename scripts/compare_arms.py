@@ -135,7 +135,7 @@ def logged_command(log: Path) -> str | None:
 
 def training_command(recipe: Recipe, arm: Arm) -> tuple[str, bool]:
     """(the command that trained the arm, whether the run folder recorded it): the first line of its
-    train.log (this script's runs), else its command.txt (the printed recipe's), else the command
+    train.log (compare.py's runs), else its command.txt (the printed recipe's), else the command
     this invocation's flags give, which --report on runs of a recipe printed with --steps, --lr,
     --set or --nproc would show without them: the table said so for its settings."""
     run_dir = recipe.run_dir(arm)

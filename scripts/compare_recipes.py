@@ -102,8 +102,8 @@ def recipe_script(recipe: Recipe, out: Path) -> str:
     diverged.json) is a result, and the script goes on; step folders are read from each run's
     `latest` file, and the predictions training wrote for that step are voted on (predict.py runs
     where there are none); `out`: where its closing --report writes the table (--out), given the
-    recipe's own --seed, --nproc, --steps, --lr and --set (recipe.flags). Each arm's
-    training command goes to its folder's command.txt, which the table shows (training_command).
+    recipe's own --seed, --nproc, --steps, --lr and --set (recipe.flags). Each arm's training
+    command goes to its folder's command.txt, which the table shows (compare_arms.training_command).
     The same script runs again after a failure (`set -e` stops it at the first): the build is made
     only when it is not there (build_arc.py refuses an existing one without --overwrite; the re-hash
     checks it), each arm continues its run (resume=auto: a finished one ends at once, a fresh start
