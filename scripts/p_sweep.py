@@ -72,8 +72,6 @@ from scripts.sweep_report import (command_lines, previous_commands, summary_mark
 
 DEFAULT_P = [0.30, 0.35, 0.40, 0.45, 0.50, 0.55, 0.60]
 EXIT_BAD_GRID = 2   # a grid that cannot run as given (cells sharing a folder, a config pretrain.py refuses)
-# The committed CPU run: 4 exponents x 2 seeds x 2 learning rates of hrm_tiny on 16 ARC-AGI-1 tasks,
-# two runs at a time (15.4 minutes on 2 cores: results/p_sweep_cpu.md).
 # The settings each cell's command sets itself (sweep_cells.train_command), with the flag that sets them: a
 # --set of one would override it in every cell unseen (claimed_override).
 CLAIMED = {"arch": "--arch", "data_path": "--data", "global_batch_size": "--batch", "max_steps": "--steps",
@@ -82,6 +80,8 @@ CLAIMED = {"arch": "--arch", "data_path": "--data", "global_batch_size": "--batc
            "arch.scaling.H.rule": "the sweep (p applies to both modules)", "arch.scaling.H.p": "--p",
            "arch.scaling.L.rule": "the sweep (p applies to both modules)", "arch.scaling.L.p": "--p",
            "arch.H_cycles": "--loops HxL", "arch.L_cycles": "--loops"}
+# The committed CPU run: 4 exponents x 2 seeds x 2 learning rates of hrm_tiny on 16 ARC-AGI-1 tasks,
+# two runs at a time (15.4 minutes on 2 cores: results/p_sweep_cpu.md).
 PRESETS = {
     "cpu": dict(p=[0.30, 0.40, 0.50, 0.60], seeds=[0, 1], lr=[1e-3, 1e-2], loops=["2"], steps=100, jobs=2,
                 arch="hrm_tiny", out="results/p_sweep_cpu", work="checkpoints/p_sweep_cpu"),
