@@ -1,7 +1,7 @@
 """The two recipes of the baseline-vs-DeepLoop comparison (scripts/compare.py): its arms, the cpu
 preset's (hrm_tiny with and without the scaling, on a small build) and the paper preset's (hrm_v1
 against hrm_deeploop under torchrun), the commands each step runs, and the paper recipe printed as
-a bash script."""
+a bash script. `args` is compare.py's parsed command line (compare.parse_args)."""
 from __future__ import annotations
 
 import shlex

@@ -1,7 +1,8 @@
 """One cell of the p sweep (scripts/p_sweep.py) and its records: the pretrain.py command that trains
 it, running it (continuing an interrupted run of the same command), its cell.json and started.json,
-which cells are finished or hold another command's result, the config each cell resolves to, and
-the CSV row classified from its log."""
+which cells are finished or hold another command's result, the config each cell resolves to (and an
+arch preset's cycles, composed the same way), the CSV row classified from its log, and why a failed
+run ended. `args` is p_sweep.py's parsed command line (p_sweep.parse_args)."""
 from __future__ import annotations
 
 import json

@@ -76,8 +76,9 @@ def folder_clash(cells: list[Cell]) -> str | None:
 
 
 def merge_axes(args, loop_texts: list[str], loop_pairs: list[tuple[int, int]]) -> tuple:
-    """(p, seeds, lr, loop pairs) without repeats, and the notes saying what was merged: `--loops 3`
-    and `--loops 2x3` are one cell with an arch of H_cycles 2, and p is kept to 6 decimals."""
+    """(p, seeds, lr, loop pairs) of `args` (p_sweep.parse_args) without repeats, and the notes saying
+    what was merged: `--loops 3` and `--loops 2x3` are one cell with an arch of H_cycles 2, and p is
+    kept to 6 decimals."""
     ps, p_note = merge_same("--p", [exact_text(p) for p in args.p], [round(p, 6) for p in args.p], exact_text)
     seeds, seed_note = merge_same("--seeds", [str(s) for s in args.seeds], args.seeds)
     lrs, lr_note = merge_same("--lr", [exact_text(lr) for lr in args.lr], args.lr, exact_text)

@@ -1,5 +1,6 @@
 """What the p sweep (scripts/p_sweep.py) writes besides its picture: OUT.csv (one row per cell) and
-OUT.md (the summary, naming the commands that trained its cells)."""
+OUT.md (the summary, naming the commands that trained its cells). `args` is p_sweep.py's parsed
+command line (p_sweep.parse_args)."""
 from __future__ import annotations
 
 import csv
