@@ -31,6 +31,8 @@ From the command line, the status of finished runs (folders written by pretrain.
 
     python scripts/run_status.py RUN_DIR... [--data BUILD] [--margin 0.05] [--window 50]
 
+Given several runs, each line ends with the settings (all_config.yaml) not the same in all of them.
+
 A run folder does not record the trainer's exit code: its `diverged.json` stands for exit code 3,
 and otherwise the exit is taken as clean, so a run that crashed or is still going is classified by
 the losses it has logged so far (a run that a SIGTERM stopped, after pretrain.py saved the step it
@@ -342,6 +344,7 @@ def main(argv=None) -> int:
     except (RunStatusError, ValueError, OSError) as e:
         print(f"run_status.py: error: {e}", file=sys.stderr)
         return 2
+    settings = settings_that_differ([Path(r["run"]) for r in rows]) if len(rows) > 1 else {}
     for r in rows:
         # min is the lowest window mean, not the lowest single loss (one batch is noise): said so, as a
         # run shorter than the window has its min equal to its final loss
@@ -351,8 +354,67 @@ def main(argv=None) -> int:
                   "no training step logged yet (starting, or stopped before its first step)")
         print(f"{r['run']}: {r['status']}  {losses}  floor {r['floor']:.4f}  "
               + evaluation_text(r)
-              + (f"  (stopped by SIGTERM at step {r['stopped_at']}: resume it to finish)" if r["stopped_at"] else ""))
+              + (f"  (stopped by SIGTERM at step {r['stopped_at']}: resume it to finish)" if r["stopped_at"] else "")
+              + (f"  settings: {settings[Path(r['run'])]}" if settings.get(Path(r["run"])) else ""))
     return 0
+
+
+# Fields that tell runs apart by design (their names, folders, how they were started) or leave what
+# is trained as it is (logging, checkpoint keeping, W&B): not shown as settings that differ.
+BOOKKEEPING = ("run_name", "project_name", "checkpoint_path", "resume", "log_interval", "keep_checkpoints",
+               "checkpoint_every_eval", "checkpoint_interval", "eval_save_predictions", "wandb")
+
+
+def flat_settings(config: dict, prefix: str = "") -> dict[str, object]:
+    """A resolved config as dotted keys (`arch.scaling.H.p`), the order of the file kept."""
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if not prefix and key in BOOKKEEPING:
+            continue
+        if isinstance(value, dict):
+            flat.update(flat_settings(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def setting_text(value) -> str:
+    """A value as it is typed on pretrain.py's command line (`null`, `true`, `[1,2]`)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(setting_text(v) for v in value) + "]"
+    return str(value)
+
+
+def settings_that_differ(run_dirs: list[Path]) -> dict[Path, str]:
+    """For each run, the settings of its all_config.yaml whose values are not the same in every
+    listed run, as `key=value` overrides: what tells an ablation's runs apart when their names do
+    not (`run_name=abl1`). A run without a readable all_config.yaml is said to have unknown settings
+    and left out of the comparison. Empty when the runs share every setting."""
+    flat: dict[Path, dict] = {}
+    text: dict[Path, str] = {}
+    for run_dir in run_dirs:
+        try:
+            config = yaml.safe_load((run_dir / "all_config.yaml").read_text())
+        except (OSError, ValueError, yaml.YAMLError):
+            config = None
+        if isinstance(config, dict):
+            flat[run_dir] = flat_settings(config)
+        else:
+            text[run_dir] = "unknown (no readable all_config.yaml)"
+    keys = list(dict.fromkeys(k for settings in flat.values() for k in settings))
+
+    def shown(settings: dict, key: str) -> str:
+        return setting_text(settings[key]) if key in settings else "(not set)"   # a config older than the field
+    differ = [k for k in keys if len({shown(settings, k) for settings in flat.values()}) > 1]
+    if differ:
+        for run_dir, settings in flat.items():
+            text[run_dir] = " ".join(f"{k}={shown(settings, k)}" for k in differ)
+    return text
 
 
 def evaluation_text(summary: dict) -> str:

@@ -351,3 +351,50 @@ def test_a_reader_that_stops_early_ends_the_script_quietly(small_build, tmp_path
     proc.stdout.close()
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141 and err == ""
+
+
+def with_settings(run: Path, **settings) -> Path:
+    """`run`'s all_config.yaml with nested settings added (`arch={"scaling": {"p": 0.3}}`)."""
+    config = yaml.safe_load((run / "all_config.yaml").read_text())
+    config.update(settings)
+    (run / "all_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return run
+
+
+def test_the_settings_that_tell_runs_apart_end_each_line(small_build, tmp_path, capsys):
+    """An ablation's runs named by hand (run_name=abl1): each line ends with the settings whose values
+    are not the same in every run listed, as overrides; names, folders and logging are not settings."""
+    common = {"eval_pass_k": [1, 2], "grad_clip": None, "compile": False}
+    a = with_settings(write_run(tmp_path / "abl1", [1.0] * 3, small_build), run_name="abl1", log_interval=1,
+                      lr=0.001, arch={"name": "mine", "scaling": {"p": 0.3, "H": {"p": None}}}, **common)
+    b = with_settings(write_run(tmp_path / "abl2", [1.0] * 3, small_build), run_name="abl2", log_interval=5,
+                      lr=0.001, arch={"name": "mine", "scaling": {"p": 0.5, "H": {"p": 0.25}}}, **common)
+    c = with_settings(write_run(tmp_path / "abl3", [1.0] * 3, small_build), run_name="abl3", log_interval=1,
+                      lr=0.003, arch={"name": "mine", "scaling": {"p": 0.3, "H": {"p": None}}},
+                      **{**common, "eval_pass_k": [1, 2, 10]})
+    assert main([str(a), str(b), str(c)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  settings: ")[1] for line in lines] == [
+        "lr=0.001 arch.scaling.p=0.3 arch.scaling.H.p=null eval_pass_k=[1,2]",
+        "lr=0.001 arch.scaling.p=0.5 arch.scaling.H.p=0.25 eval_pass_k=[1,2]",
+        "lr=0.003 arch.scaling.p=0.3 arch.scaling.H.p=null eval_pass_k=[1,2,10]"]
+
+
+def test_runs_that_share_every_setting_have_no_settings_column(small_build, tmp_path, capsys):
+    runs = [with_settings(write_run(tmp_path / name, [1.0] * 3, small_build), run_name=name, lr=0.001)
+            for name in ("seedless1", "seedless2")]
+    assert main([str(r) for r in runs]) == 0
+    out = capsys.readouterr().out
+    assert "settings:" not in out and len(out.splitlines()) == 2
+    assert main([str(runs[0])]) == 0          # one run: nothing to tell it apart from
+    assert "settings:" not in capsys.readouterr().out
+
+
+def test_a_setting_one_run_lacks_and_a_run_without_its_config_are_said(small_build, tmp_path, capsys):
+    new = with_settings(write_run(tmp_path / "new", [1.0] * 3, small_build), grad_accum_steps=2)
+    old = write_run(tmp_path / "old", [1.0] * 3, small_build)          # written before the field existed
+    bare = write_run(tmp_path / "bare", [1.0] * 3)                     # no all_config.yaml: --data tells its build
+    assert main([str(new), str(old), str(bare), "--data", str(small_build)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  settings: ")[1] for line in lines] == [
+        "grad_accum_steps=2", "grad_accum_steps=(not set)", "unknown (no readable all_config.yaml)"]
