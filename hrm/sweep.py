@@ -23,6 +23,7 @@ import stat
 import sys
 import tempfile
 from datetime import datetime
+from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -243,6 +244,29 @@ def checkpoints_in_the_way(config: PretrainConfig, tag: str, job_chdir: bool = F
             f"sweep's runs, or another run_name / checkpoint_path to start new ones")
 
 
+def latest_needs_the_sweeps_name(config: PretrainConfig, tag: str, shown: int = 3) -> str | None:
+    """Why a sweep with `resume=latest` but no run_name or checkpoint_path cannot continue: its runs
+    were named `<run_name>-<swept values>`, the default run_name holding the time the sweep started,
+    which a later command cannot know. Told before the first job (where job #0 said it as it
+    started), with the run names this job's swept values were trained under in its project."""
+    if config.resume != "latest" or config.run_name or config.checkpoint_path:
+        return None
+    from hrm.pretrain_config import command_line_arg
+    from hrm.run_folders import list_checkpoints, project_of
+    project = Path("checkpoints") / project_of(config.project_name, config.data_path)
+    suffix = f"-{tag}"
+    try:
+        found = [p.name[:-len(suffix)] for p in project.iterdir()
+                 if p.name.endswith(suffix) and len(p.name) > len(suffix) and list_checkpoints(p)]
+    except OSError:
+        found = []
+    names = sorted(found, reverse=True)    # default names end in the time: the newest sweep first
+    hint = ("; run names these values were trained under: " + ", ".join(command_line_arg("run_name", n) for n in names[:shown])
+            + (" ..." if len(names) > shown else "")) if names else f"; {project} holds no run of these values"
+    return (f"resume=latest needs the sweep's run_name: its runs are {project}/<run_name>-<swept values>, "
+            f"the default run_name being <arch>-<the time the sweep started>{hint}")
+
+
 def jobs_share_a_run(config: PretrainConfig, swept: set[str]) -> str | None:
     """Why a sweep's jobs that resume one checkpoint by its path (`resume=<run or step folder>`, not
     swept) without run_name or checkpoint_path cannot run: each would continue that run in its own
@@ -377,7 +401,8 @@ class CheckEveryJob(Callback):
                 # the job's HydraConfig is set: its tag is the one the job's sweep_tag() will give
                 tag, chdir = sweep_tag(checked.model_dump()), bool(HydraConfig.get().job.chdir)
                 folders[label] = job_run_folder(checked, tag, chdir)
-                problem = checkpoints_in_the_way(checked, tag, chdir) or jobs_share_a_run(checked, swept)
+                problem = (checkpoints_in_the_way(checked, tag, chdir) or jobs_share_a_run(checked, swept)
+                           or latest_needs_the_sweeps_name(checked, tag))
                 if problem:
                     by_problem.setdefault(problem, []).append(label)
         finally:

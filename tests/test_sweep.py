@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from hrm import sweep
 
@@ -153,6 +154,28 @@ def test_jobs_resuming_one_path_need_runs_of_their_own(tmp_path):
     assert sweep.jobs_share_a_run(shared, {"lr", "resume"}) is None
     for named in ({"run_name": "b"}, {"checkpoint_path": str(tmp_path / "b")}, {"resume": "latest"}, {"resume": None}):
         assert sweep.jobs_share_a_run(shared.model_copy(update=named), {"lr"}) is None, named
+
+
+def test_resume_latest_in_a_sweep_needs_its_run_name(tmp_path, monkeypatch):
+    """Only resume=latest without run_name or checkpoint_path; the hint lists the run names whose
+    folder for this job's values holds a checkpoint, newest first, and says so when there is none."""
+    from hrm.pretrain_config import PretrainConfig
+    monkeypatch.chdir(tmp_path)
+    for name in ("tiny-20261201-0900-lr=0.001", "tiny-20261202-0900-lr=0.001", "tiny-20261203-0900-lr=0.002",
+                 "lr=0.001"):
+        (tmp_path / "checkpoints" / "b-hrm" / name / "step_1").mkdir(parents=True)
+        (tmp_path / "checkpoints" / "b-hrm" / name / "step_1" / "trainer.pt").write_bytes(b"")
+    (tmp_path / "checkpoints" / "b-hrm" / "tiny-20261204-0900-lr=0.001").mkdir()     # no checkpoint: not listed
+    latest = PretrainConfig.model_construct(resume="latest", run_name=None, checkpoint_path=None, project_name=None,
+                                            data_path="data/b")
+    said = sweep.latest_needs_the_sweeps_name(latest, "lr=0.001")
+    assert said == (f"resume=latest needs the sweep's run_name: its runs are {Path('checkpoints/b-hrm')}/<run_name>-"
+                    f"<swept values>, the default run_name being <arch>-<the time the sweep started>; run names these "
+                    f"values were trained under: run_name=tiny-20261202-0900, run_name=tiny-20261201-0900")
+    assert sweep.latest_needs_the_sweeps_name(latest, "lr=0.5").endswith(
+        f"; {Path('checkpoints/b-hrm')} holds no run of these values")
+    for fine in ({"run_name": "tiny-20261202-0900"}, {"checkpoint_path": "cp"}, {"resume": None}, {"resume": "auto"}):
+        assert sweep.latest_needs_the_sweeps_name(latest.model_copy(update=fine), "lr=0.001") is None, fine
 
 
 def test_a_run_folder_a_sweep_named_in_command_line_order_is_still_found(monkeypatch, tmp_path):

@@ -2281,6 +2281,24 @@ def test_jobs_that_would_share_a_run_folder_stop_the_sweep_before_it_starts(smal
     assert not (tmp_path / "checkpoints").exists()
 
 
+def test_a_sweep_resumed_without_its_run_name_is_refused_before_the_first_job_naming_it(small_build, tmp_path):
+    """`-m ... resume=latest` without run_name: the runs are <arch>-<sweep start>-<swept values>, a
+    time the command cannot know. Job #0 said so only as it started; now the check before the first
+    job says it, with the run names these swept values were trained under (newest first)."""
+    for stamp in ("20261201-090000", "20261203-100000"):
+        for tag in ("lr=0.001", "lr=0.002"):
+            step = tmp_path / "checkpoints" / "sweep" / f"micro-{stamp}-{tag}" / "step_3"
+            step.mkdir(parents=True)
+            (step / "trainer.pt").write_bytes(b"")
+    run = subprocess.run(sweep_cmd(small_build, "lr=1e-3,2e-3", "resume=latest"), cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env=dict(os.environ, WANDB_MODE="disabled"))
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "invalid sweep: 2 of its 2 jobs cannot run; none was started\nevery job:\n" in run.stderr, run.stderr[-3000:]
+    assert ("resume=latest needs the sweep's run_name" in run.stderr and "run names these values were trained "
+            "under: run_name=micro-20261203-100000, run_name=micro-20261201-090000" in run.stderr), run.stderr[-3000:]
+    assert "Launching" not in run.stderr
+
+
 def test_a_failed_job_of_a_single_process_sweep_is_told_when_it_fails(tiny_build, tmp_path):
     """A job raising an error (out of memory, say; here an injected one at the first step): Hydra
     kept it silent until the sweep's end, then raised the first failed job's alone, so the second
