@@ -128,12 +128,20 @@ def test_rope_hand_worked():
 
 
 def test_rope_runs_in_float32_for_bfloat16_inputs():
+    """Rounded to bfloat16 once, at the end: the rotation x cos + rotate_half(x) sin written out in
+    float64, then cast, in both branches (no-grad writes into a fresh buffer, the one most block
+    visits take). Computed in bfloat16 the no-grad branch rounds twice and differs."""
     torch.manual_seed(0)
     cos, sin = RotaryTable(8, 6, 10000.0)(6)
     x = torch.randn(2, 3, 6, 8).bfloat16()
-    out = apply_rope(x, cos, sin)
-    assert out.dtype == torch.bfloat16
-    assert torch.equal(out, apply_rope(x.float(), cos, sin).bfloat16())
+    x64 = x.double()
+    rotated_half = torch.cat((-x64[..., 4:], x64[..., :4]), dim=-1)
+    expected = (x64 * cos.double() + rotated_half * sin.double()).bfloat16()
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            out = apply_rope(x, cos, sin)
+        assert out.dtype == torch.bfloat16
+        assert torch.equal(out, expected), grad
 
 
 def test_rms_norm_hand_worked_and_in_place_variant():
