@@ -8,11 +8,12 @@ from hrm.pretrain_config import PretrainConfig
 
 
 def lr_at(step: int, base_lr: float, warmup: int, total: int, min_ratio: float) -> float:
-    """Linear warmup from 0, then cosine from base_lr to base_lr * min_ratio at `total` steps."""
+    """Linear warmup from 0, then cosine from base_lr to base_lr * min_ratio at `total` steps, and
+    base_lr * min_ratio after (the trainer stops at `total`; past it the cosine would climb back)."""
     if step < warmup:
         return base_lr * step / max(1, warmup)
-    progress = (step - warmup) / max(1, total - warmup)
-    return base_lr * (min_ratio + max(0.0, (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))))
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return base_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def estimated_total_steps(config: PretrainConfig, train_split) -> int:

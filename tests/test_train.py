@@ -50,6 +50,7 @@ def test_lr_schedule_hand_values():
     assert lr_at(10, 1.0, 10, 110, 0.1) == pytest.approx(1.0)
     assert lr_at(60, 1.0, 10, 110, 0.1) == pytest.approx(0.1 + 0.9 * 0.5)  # half way down the cosine
     assert lr_at(110, 1.0, 10, 110, 0.1) == pytest.approx(0.1)
+    assert lr_at(160, 1.0, 10, 110, 0.1) == pytest.approx(0.1)    # past the end: stays down (was 0.55)
     assert lr_at(500, 1e-4, 2000, 10_000, 1.0) == pytest.approx(2.5e-5)  # HRM: warmup, then constant
     assert lr_at(9000, 1e-4, 2000, 10_000, 1.0) == pytest.approx(1e-4)
 
