@@ -4,7 +4,8 @@ A sublayer (attention or SwiGLU of one physical block) is visited R times per se
 gradient is the sum of one contribution per visit, g = sum_r g_r. We report, per sublayer,
     alignment    ||sum_r g_r|| / sum_r ||g_r||   1 = all visits push the same way,
                                                  ~1/sqrt(R) = decorrelated, 0 = they cancel
-    mean_cosine  mean over pairs r < s of cos(g_r, g_s)
+    mean_cosine  mean over pairs r < s of cos(g_r, g_s), leaving out pairs with a zero g_r (a
+                 visit that contributes nothing has no direction; nan when no pair is left)
 on one diagnostic step whose forward keeps the graph through *every* visit of the segment (not the
 one-step gradient used for training).
 

@@ -27,6 +27,12 @@ def test_alignment_of_known_vectors():
     # |(3,4) + (3,0)| / (5 + 3) = sqrt(36 + 16) / 8; cos = 9 / 15
     mixed = alignment([torch.tensor([3.0, 4.0]), torch.tensor([3.0, 0.0])])
     assert mixed["alignment"] == pytest.approx(math.sqrt(52) / 8) and mixed["mean_cosine"] == pytest.approx(0.6)
+    # a visit that contributes nothing: no direction, so no cosine; the norms' ratio is unchanged,
+    # |2g| / (|g| + 0 + |g|) = 1. Only the pair (g, g) is left: cos 1 (0/0 pairs would make it nan)
+    idle = alignment([g, torch.zeros(3), g])
+    assert idle["alignment"] == pytest.approx(1.0) and idle["mean_cosine"] == pytest.approx(1.0)
+    silent = alignment([torch.zeros(3), torch.zeros(3)])
+    assert math.isnan(silent["alignment"]) and math.isnan(silent["mean_cosine"])
 
 
 class TwoVisits(nn.Module):
