@@ -1223,6 +1223,41 @@ def test_grad_norm_is_the_unclipped_norm_and_grad_clip_bounds_what_the_optimizer
     assert seen[1e-3] == pytest.approx(1e-3, rel=1e-3)
 
 
+def test_gradient_accumulation_steps_as_the_whole_batch_does(small_build, tmp_path):
+    """grad_accum_steps=2 on one process is the step of the whole batch at once (the rows are
+    independent, the loss is summed over rows and divided by the global batch): the same loss and
+    gradient norm, each row's carry at its own position, the losses divided by the global batch
+    (train/loss = lm_loss + 0.5 * (q_halt_loss + q_continue_loss)) and the other metrics by the rows
+    that halted. Worked by hand on the micro arch (halt_max_steps=2, no exploration, q_head
+    bias -5 on both logits, so nothing halts early): step 1 takes fresh rows everywhere and halts
+    none; step 2 halts all 8, each after 2 segments, so train/steps is 16 / 8 = 2."""
+    arch = dict(MICRO_ARCH, halt_exploration_prob=0.0)
+    records, carries, batches = {}, {}, {}
+    for parts in (1, 2):
+        trainer = Trainer(micro_config(small_build, tmp_path / str(parts), arch=arch, grad_accum_steps=parts), CPU,
+                          progress=False)
+        it = trainer.reader.iteration_batches()
+        batches[parts] = [next(it), next(it)]
+        first = trainer.train_step(batches[parts][0])
+        carries[parts] = trainer.carry
+        records[parts] = [first, trainer.train_step(batches[parts][1])]
+        trainer.release_run_lock()
+    assert torch.equal(batches[1][0]["inputs"], batches[2][0]["inputs"])   # the same data for both
+    for parts in (1, 2):
+        # every row was fresh at step 1: its carry holds the batch row at its own position
+        for key, rows in batches[parts][0].items():
+            assert torch.equal(carries[parts].current_data[key], rows), (parts, key)
+        assert records[parts][0]["train/steps"] == 0.0                  # none halted at step 1
+        assert records[parts][1]["train/steps"] == pytest.approx(2.0)  # all 8 rows halted after 2 segments
+        for r in records[parts]:   # the losses per example of the global batch, whatever halted: their parts add up
+            parts_sum = r["train/lm_loss"] + 0.5 * (r["train/q_halt_loss"] + r["train/q_continue_loss"])
+            assert r["train/loss"] == pytest.approx(parts_sum, rel=1e-5)
+    for whole, accumulated in zip(records[1], records[2]):
+        assert accumulated["train/loss"] == pytest.approx(whole["train/loss"], rel=1e-6)
+        assert accumulated["train/grad_norm"] == pytest.approx(whole["train/grad_norm"], rel=1e-5)
+        assert accumulated["train/lm_loss"] == pytest.approx(whole["train/lm_loss"], rel=1e-6)
+
+
 def test_visit_alignment_diagnostics_are_logged_and_leave_training_unchanged(tiny_build, tmp_path):
     plain = Trainer(micro_config(tiny_build, tmp_path / "plain", max_steps=3), CPU, progress=False)
     plain.fit()
