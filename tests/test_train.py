@@ -1258,6 +1258,20 @@ def test_gradient_accumulation_steps_as_the_whole_batch_does(small_build, tmp_pa
         assert accumulated["train/lm_loss"] == pytest.approx(whole["train/lm_loss"], rel=1e-6)
 
 
+def test_a_non_finite_gradient_with_a_finite_loss_stops_before_any_update(small_build, tmp_path):
+    """The divergence guard reads the gradient norm as well as the loss: a gradient that overflows
+    while the loss is finite stops the step before either optimizer touches the weights."""
+    trainer = Trainer(micro_config(small_build, tmp_path / "run"), CPU, progress=False)
+    trainer.model.lm_head.weight.register_hook(lambda g: torch.full_like(g, math.inf))
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    with pytest.raises(TrainingDiverged, match=r"non-finite gradient norm at step 1 \(loss [0-9.]+, grad norm"):
+        trainer.train_step(next(trainer.reader.iteration_batches()))
+    for key, value in trainer.model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert json.loads((tmp_path / "run" / "diverged.json").read_text())["step"] == 1
+    trainer.release_run_lock()
+
+
 def test_visit_alignment_diagnostics_are_logged_and_leave_training_unchanged(tiny_build, tmp_path):
     plain = Trainer(micro_config(tiny_build, tmp_path / "plain", max_steps=3), CPU, progress=False)
     plain.fit()
