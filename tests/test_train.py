@@ -1272,6 +1272,23 @@ def test_a_non_finite_gradient_with_a_finite_loss_stops_before_any_update(small_
     trainer.release_run_lock()
 
 
+def test_the_puzzle_rows_move_by_the_scheduled_puzzle_emb_lr(small_build, tmp_path):
+    """Sign-SGD on the zero-initialised table at step 1 (warmup 2): each looked-up row becomes
+    0 * (1 - lr * wd) - lr * sign(g) with lr = puzzle_emb_lr * 1/2 = 5e-3, not the dense lr's 5e-4;
+    the rows no batch example uses stay 0."""
+    trainer = Trainer(micro_config(small_build, tmp_path / "run", puzzle_emb_lr=1e-2, lr=1e-3), CPU, progress=False)
+    batch = next(trainer.reader.iteration_batches())
+    trainer.train_step(batch)
+    table = trainer.model.puzzle_embedding.table
+    used = torch.zeros(len(table), dtype=torch.bool)
+    used[batch["puzzle_identifiers"].long()] = True
+    assert torch.equal(table[~used], torch.zeros_like(table[~used]))
+    moved = table[used].abs()
+    assert (moved > 0).float().mean() > 0.5
+    assert torch.allclose(moved[moved > 0], torch.full_like(moved[moved > 0], 5e-3))
+    trainer.release_run_lock()
+
+
 def test_visit_alignment_diagnostics_are_logged_and_leave_training_unchanged(tiny_build, tmp_path):
     plain = Trainer(micro_config(tiny_build, tmp_path / "plain", max_steps=3), CPU, progress=False)
     plain.fit()
