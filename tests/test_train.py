@@ -1289,6 +1289,18 @@ def test_the_puzzle_rows_move_by_the_scheduled_puzzle_emb_lr(small_build, tmp_pa
     trainer.release_run_lock()
 
 
+def test_resume_restores_the_random_state_the_checkpoint_was_saved_with(tiny_build, tmp_path):
+    """Each rank's rank_<r>.pt holds its random state (the exploration draws'): a run resumed in the
+    same world draws next exactly what the saving process would have drawn next, not what model
+    initialisation left behind."""
+    cfg = dict(max_steps=1, eval_save_predictions=False)
+    Trainer(micro_config(tiny_build, tmp_path / "run", **cfg), CPU, progress=False).fit()   # saved at its end
+    expected = torch.rand(4)
+    trainer = Trainer(micro_config(tiny_build, tmp_path / "run", resume="latest", **cfg), CPU, progress=False)
+    assert torch.equal(torch.rand(4), expected)
+    trainer.release_run_lock()
+
+
 def test_visit_alignment_diagnostics_are_logged_and_leave_training_unchanged(tiny_build, tmp_path):
     plain = Trainer(micro_config(tiny_build, tmp_path / "plain", max_steps=3), CPU, progress=False)
     plain.fit()
