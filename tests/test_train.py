@@ -103,6 +103,9 @@ def test_python_defaults_are_the_config_files():
     (["run_name=a/b"], "run_name"),                  # nested folders
     (["project_name=.."], "project_name"),
     (["arch.name=x/y"], "arch.name"),                # names the default run: <arch>-<time>
+    (["lr_min_ratio=1.5"], "lr_min_ratio"),          # the cosine would climb to 1.5 * lr, not decay
+    (["beta2=1.0"], "beta2"),                        # v would never take a gradient in: AdamATan2 refuses it later
+    (["grad_clip=0"], "grad_clip"),                  # every gradient scaled to 0: nothing would train
 ])
 def test_bad_config_names_the_field(small_build, overrides, field):
     from pydantic import ValidationError
