@@ -171,6 +171,20 @@ def test_a_task_in_two_test_groups_is_refused_by_name(build):
         load_test_split(build)
 
 
+def test_a_test_group_that_starts_with_an_augmented_puzzle_is_refused(build):
+    # the first puzzle of a test group is its task's original: its labels are the ground truth that
+    # un-augmented answers are compared with, and its name the task's in the report and submission
+    path = build / "test" / "all__puzzle_identifiers.npy"
+    ids = np.load(path)
+    names = json.loads((build / "identifiers.json").read_text())
+    assert names[ids[0]] == "task_one" and names[ids[1]] == "task_one_t0_0312456789"
+    ids[[0, 1]] = ids[[1, 0]]
+    np.save(path, ids)
+    with pytest.raises(EvaluationInputError, match=r"test group 0 of .* starts with 'task_one_t0_0312456789', an "
+                                                   r"augmented puzzle; the original must come first"):
+        load_test_split(build)
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "abc", "1.5"])
 def test_unknown_k_value_is_rejected(value, capsys):
     with pytest.raises(SystemExit) as e:
