@@ -376,6 +376,24 @@ def test_verify_detects_one_flipped_byte(verified_build, tmp_path, capsys, rel):
     assert f"changed: {rel}" in capsys.readouterr().out
 
 
+def test_the_digest_covers_the_sources_content_but_not_their_folder(tmp_path):
+    """DESIGN.md: the manifest holds the sha256 of each source and one digest over all of it; folder
+    paths are recorded beside the digest, not in it. The same tasks from another folder give the same
+    digest; the same tasks in other bytes (re-indented JSON) give the same rows but another digest."""
+    evaluation, training = small_task(5), small_task(6)
+    for k, dump in ((1, json.dumps), (2, json.dumps), (3, lambda t: json.dumps(t, indent=2))):
+        write_task(tmp_path / f"src{k}" / "evaluation", "e", dump(evaluation))
+        write_task(tmp_path / f"src{k}" / "training", "t", dump(training))
+        build(BuildConfig(source_dir=str(tmp_path / f"src{k}"), num_aug=4, output_dir=str(tmp_path / f"b{k}")),
+              progress=False)
+    manifests = [json.loads((tmp_path / f"b{k}" / "manifest.json").read_text()) for k in (1, 2, 3)]
+    for rel in NPY_FILES + ["identifiers.json"]:
+        assert sha256(tmp_path / "b1" / rel) == sha256(tmp_path / "b2" / rel) == sha256(tmp_path / "b3" / rel)
+    assert manifests[0]["sources"][0]["sha256"] != manifests[2]["sources"][0]["sha256"]
+    assert manifests[0]["digest"] == manifests[1]["digest"]
+    assert manifests[2]["digest"] != manifests[0]["digest"]
+
+
 def test_verify_detects_missing_and_extra_files(verified_build, tmp_path, capsys):
     b = copy_build(verified_build, tmp_path / "b")
     (b / "test/all__labels.npy").unlink()
