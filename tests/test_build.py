@@ -376,6 +376,15 @@ def test_verify_detects_one_flipped_byte(verified_build, tmp_path, capsys, rel):
     assert f"changed: {rel}" in capsys.readouterr().out
 
 
+def test_verify_reports_a_truncated_file_by_its_size(verified_build, tmp_path, capsys):
+    b = copy_build(verified_build, tmp_path / "b")
+    path = b / "test/all__labels.npy"
+    size = path.stat().st_size
+    path.write_bytes(path.read_bytes()[:-900])      # one row short
+    assert build_arc.main(["--verify", str(b)]) == 1
+    assert f"changed: test/all__labels.npy (size {size - 900}, manifest says {size})" in capsys.readouterr().out
+
+
 def test_the_digest_covers_the_sources_content_but_not_their_folder(tmp_path):
     """DESIGN.md: the manifest holds the sha256 of each source and one digest over all of it; folder
     paths are recorded beside the digest, not in it. The same tasks from another folder give the same
