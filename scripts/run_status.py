@@ -365,36 +365,12 @@ BOOKKEEPING = ("run_name", "project_name", "checkpoint_path", "resume", "log_int
                "checkpoint_every_eval", "checkpoint_interval", "eval_save_predictions", "wandb")
 
 
-def flat_settings(config: dict, prefix: str = "") -> dict[str, object]:
-    """A resolved config as dotted keys (`arch.scaling.H.p`), the order of the file kept."""
-    flat = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if not prefix and key in BOOKKEEPING:
-            continue
-        if isinstance(value, dict):
-            flat.update(flat_settings(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def setting_text(value) -> str:
-    """A value as it is typed on pretrain.py's command line (`null`, `true`, `[1,2]`)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ",".join(setting_text(v) for v in value) + "]"
-    return str(value)
-
-
 def settings_that_differ(run_dirs: list[Path]) -> dict[Path, str]:
     """For each run, the settings of its all_config.yaml whose values are not the same in every
     listed run, as `key=value` overrides: what tells an ablation's runs apart when their names do
     not (`run_name=abl1`). A run without a readable all_config.yaml is said to have unknown settings
     and left out of the comparison. Empty when the runs share every setting."""
+    from hrm.resume_settings import as_typed, flat_settings
     flat: dict[Path, dict] = {}
     text: dict[Path, str] = {}
     for run_dir in run_dirs:
@@ -403,13 +379,13 @@ def settings_that_differ(run_dirs: list[Path]) -> dict[Path, str]:
         except (OSError, ValueError, yaml.YAMLError):
             config = None
         if isinstance(config, dict):
-            flat[run_dir] = flat_settings(config)
+            flat[run_dir] = {k: v for k, v in flat_settings(config).items() if k.split(".")[0] not in BOOKKEEPING}
         else:
             text[run_dir] = "unknown (no readable all_config.yaml)"
     keys = list(dict.fromkeys(k for settings in flat.values() for k in settings))
 
     def shown(settings: dict, key: str) -> str:
-        return setting_text(settings[key]) if key in settings else "(not set)"   # a config older than the field
+        return as_typed(settings[key]) if key in settings else "(not set)"   # a config older than the field
     differ = [k for k in keys if len({shown(settings, k) for settings in flat.values()}) > 1]
     if differ:
         for run_dir, settings in flat.items():
