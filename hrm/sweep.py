@@ -28,8 +28,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hrm.pretrain_config import (PretrainConfig, exit_bad_config, explain_unknown_key, format_validation_error,
-                                 numbers_as_text, one_line_missing_preset, say_once_per_node)
+from hrm.pretrain_config import (PretrainConfig, command_line_arg, exit_bad_config, explain_unknown_key,
+                                 format_validation_error, numbers_as_text, one_line_missing_preset, say_once_per_node)
 
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 _BASIC_LAUNCHER_LOG = "hydra._internal.core_plugins.basic_launcher"   # its module's logger
@@ -251,7 +251,6 @@ def latest_needs_the_sweeps_name(config: PretrainConfig, tag: str, shown: int = 
     started), with the run names this job's swept values were trained under in its project."""
     if config.resume != "latest" or config.run_name or config.checkpoint_path:
         return None
-    from hrm.pretrain_config import command_line_arg
     from hrm.run_folders import list_checkpoints, project_of
     project = Path("checkpoints") / project_of(config.project_name, config.data_path)
     suffix = f"-{tag}"

@@ -217,12 +217,17 @@ def run_cell(cell: Cell, args, build: Path, digest: str, work: Path, gpu: str | 
     return record
 
 
+def composed_preset(arch: str):
+    """cfg_pretrain with `arch=<arch>`, composed as pretrain.py composes it (Hydra's DictConfig)."""
+    from hydra import compose, initialize_config_dir
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
+        return compose("cfg_pretrain", [f"arch={arch}"])
+
+
 def arch_cycles(arch: str) -> tuple[int, int]:
     """(H_cycles, L_cycles) of an arch preset as pretrain.py composes it: a preset of your own may
     take them from another through its Hydra `defaults` list rather than state them itself."""
-    from hydra import compose, initialize_config_dir
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
-        composed = compose("cfg_pretrain", [f"arch={arch}"])
+    composed = composed_preset(arch)
     # every cell overrides these, and Hydra cannot override a key the preset leaves out (pretrain.py
     # trains such a preset, the field at its default): said here, not as "does not compose: Key
     # 'H_cycles' is not in struct"
@@ -243,10 +248,7 @@ def module_scaling_of_the_preset(arch: str) -> list[str]:
     `key=value`: the sweep sets the top-level rule and p, which such a module's own replace, so
     that module would train at its own scaling in every cell while the cell, CSV and table name p
     (--set of these keys is refused for the same reason)."""
-    from hydra import compose, initialize_config_dir
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base=None):
-        composed = compose("cfg_pretrain", [f"arch={arch}"])
-    scaling = composed.arch.get("scaling") or {}
+    scaling = composed_preset(arch).arch.get("scaling") or {}
     return [f"arch.scaling.{module}.{field}={(scaling.get(module) or {}).get(field)}"
             for module in ("H", "L") for field in ("rule", "p") if (scaling.get(module) or {}).get(field) is not None]
 
